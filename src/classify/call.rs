@@ -1,0 +1,187 @@
+//! Strict parsing of a raw tool call: `{"tool": NAME, "args": {...}}`.
+//!
+//! Refused: over [`MAX_CALL_BYTES`], invalid UTF-8, invalid JSON, a
+//! duplicate key at any level (serde_json would silently keep the last one,
+//! which is how a second `url` is smuggled), nesting deeper than
+//! [`MAX_DEPTH`], a `tool` that is not a string, `args` that is not an
+//! object, and any other top-level field.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use super::Verdict;
+
+/// The largest call accepted, in bytes.
+pub const MAX_CALL_BYTES: usize = 1024 * 1024;
+/// The deepest nesting of arrays and objects accepted.
+pub const MAX_DEPTH: usize = 32;
+
+/// A strictly parsed tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool's name, exactly as sent.
+    pub tool: String,
+    /// Its arguments.
+    pub args: Map<String, Value>,
+}
+
+/// Parses `raw` or returns the `Refuse` verdict that says why not.
+pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
+    if raw.len() > MAX_CALL_BYTES {
+        return Err(Verdict::refuse("call_too_large", format!("the call is over {MAX_CALL_BYTES} bytes")));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = StrictValue { depth: 0 }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains(DUPLICATE) {
+                Verdict::refuse("call_duplicate_key", msg)
+            } else if msg.contains(TOO_DEEP) {
+                Verdict::refuse("call_too_deep", msg)
+            } else {
+                Verdict::refuse("call_not_json", msg)
+            }
+        })?;
+    let Value::Object(mut top) = value else {
+        return Err(Verdict::refuse("call_not_object", "the call must be a JSON object"));
+    };
+    let tool = match top.remove("tool") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(Verdict::refuse("tool_not_string", "`tool` must be a string")),
+        None => return Err(Verdict::refuse("tool_missing", "the call has no `tool`")),
+    };
+    let args = match top.remove("args") {
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(Verdict::refuse("args_not_object", "`args` must be an object")),
+        None => return Err(Verdict::refuse("args_missing", "the call has no `args` object")),
+    };
+    if let Some(extra) = top.keys().next() {
+        return Err(Verdict::refuse(
+            "call_unknown_field",
+            format!("unknown top-level field {:?}", extra.escape_debug().to_string()),
+        ));
+    }
+    Ok(ToolCall { tool, args })
+}
+
+const DUPLICATE: &str = "duplicate key";
+const TOO_DEEP: &str = "nesting deeper than";
+
+/// Deserializes a JSON value, refusing duplicate keys and deep nesting.
+struct StrictValue {
+    depth: usize,
+}
+
+impl StrictValue {
+    fn nested<E: de::Error>(&self) -> Result<StrictValue, E> {
+        if self.depth >= MAX_DEPTH {
+            return Err(E::custom(format!("{TOO_DEEP} {MAX_DEPTH}")));
+        }
+        Ok(StrictValue { depth: self.depth + 1 })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StrictValue {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let inner = self.nested()?;
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(StrictValue { depth: inner.depth })? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let inner = self.nested()?;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!("{DUPLICATE} {:?}", key.escape_debug().to_string())));
+            }
+            let value = map.next_value_seed(StrictValue { depth: inner.depth })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::VerdictKind;
+
+    fn refused(raw: &[u8]) -> &'static str {
+        let v = parse_call(raw).unwrap_err();
+        assert_eq!(v.kind(), VerdictKind::Refuse);
+        v.code()
+    }
+
+    #[test]
+    fn parses_a_call() {
+        let c = parse_call(br#"{"tool":"shell","args":{"command":"id"}}"#).unwrap();
+        assert_eq!(c.tool, "shell");
+        assert_eq!(c.args["command"], "id");
+    }
+
+    #[test]
+    fn refuses_duplicates_at_any_level() {
+        assert_eq!(refused(br#"{"tool":"a","tool":"b","args":{}}"#), "call_duplicate_key");
+        assert_eq!(refused(br#"{"tool":"a","args":{"url":"x","url":"y"}}"#), "call_duplicate_key");
+        assert_eq!(refused(br#"{"tool":"a","args":{"h":[{"k":1,"k":2}]}}"#), "call_duplicate_key");
+        // An escaped spelling of the same key is the same key.
+        assert_eq!(refused(br#"{"tool":"a","args":{"url":"x","\u0075rl":"y"}}"#), "call_duplicate_key");
+    }
+
+    #[test]
+    fn refuses_depth_size_and_shapes() {
+        let deep = format!("{{\"tool\":\"a\",\"args\":{{\"x\":{}{}}}}}", "[".repeat(40), "]".repeat(40));
+        assert_eq!(refused(deep.as_bytes()), "call_too_deep");
+        let big = format!("{{\"tool\":\"a\",\"args\":{{\"x\":\"{}\"}}}}", "a".repeat(MAX_CALL_BYTES));
+        assert_eq!(refused(big.as_bytes()), "call_too_large");
+        assert_eq!(refused(b"\xff"), "call_not_utf8");
+        assert_eq!(refused(b"{"), "call_not_json");
+        assert_eq!(refused(b"[]"), "call_not_object");
+        assert_eq!(refused(br#"{"tool":1,"args":{}}"#), "tool_not_string");
+        assert_eq!(refused(br#"{"tool":"a","args":[]}"#), "args_not_object");
+        assert_eq!(refused(br#"{"tool":"a","args":{},"x":1}"#), "call_unknown_field");
+        assert_eq!(refused(br#"{"tool":"a","args":{}} trailing"#), "call_not_json");
+    }
+}

@@ -1,0 +1,78 @@
+//! The CLI's errors and their stable exit codes.
+#![forbid(unsafe_code)]
+
+use crate::drop::report::{LaunchError, Stage};
+use crate::drop::user::UserError;
+
+/// Success.
+pub const OK: i32 = 0;
+/// The operation failed (any other reason).
+pub const FAILED: i32 = 1;
+/// Usage error (bad arguments, an invalid or root target, a bad name).
+pub const USAGE: i32 = 2;
+/// The user is unknown.
+pub const USER_UNKNOWN: i32 = 3;
+/// The user's identity is insecure (symlink, owner, mode, type, size).
+pub const IDENTITY_INSECURE: i32 = 4;
+/// The named secret does not exist.
+pub const SECRET_MISSING: i32 = 5;
+/// The secret (or an imported file) exists but does not open.
+pub const SECRET_CORRUPT: i32 = 6;
+/// The launch was refused: the plan disagreed with passwd, or the drop did
+/// not hold.
+pub const LAUNCH_REFUSED: i32 = 7;
+/// The user has no usable identity (missing or malformed).
+pub const IDENTITY_UNUSABLE: i32 = 8;
+
+/// A CLI failure: a message for stderr and an exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    /// What to tell the operator.
+    pub message: String,
+    /// The exit code.
+    pub code: i32,
+}
+
+impl CliError {
+    /// A failure with an explicit code.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self { message: message.into(), code }
+    }
+
+    /// A usage error.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(USAGE, message)
+    }
+}
+
+impl From<UserError> for CliError {
+    fn from(e: UserError) -> Self {
+        let code = match e {
+            UserError::Unknown(_) => USER_UNKNOWN,
+            UserError::Passwd(_) | UserError::BadEntry { .. } => FAILED,
+            _ => USAGE,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+/// The exit code for a launch error's code.
+pub fn code_of(error: &LaunchError) -> i32 {
+    match error.code.as_str() {
+        "user_unknown" => USER_UNKNOWN,
+        "identity_insecure" => IDENTITY_INSECURE,
+        "identity_missing" | "identity_malformed" => IDENTITY_UNUSABLE,
+        "secret_missing" => SECRET_MISSING,
+        "secret_corrupt" | "import_rejected" | "secret_has_nul" => SECRET_CORRUPT,
+        "invalid_secret_name" | "value_empty" | "value_too_large" | "identity_exists" => USAGE,
+        _ if matches!(error.stage, Stage::Plan | Stage::Drop | Stage::Verify) => LAUNCH_REFUSED,
+        _ => FAILED,
+    }
+}
+
+impl From<LaunchError> for CliError {
+    fn from(e: LaunchError) -> Self {
+        Self::new(code_of(&e), e.message)
+    }
+}

@@ -1,0 +1,380 @@
+//! The `tono-seal` command line: argument types and one function per
+//! command, so that the binary stays a single call and tests reach the rest.
+//!
+//! Secret values are never taken from argv or the environment: `seal` and
+//! `import` hand this process's stdin to the launcher, and `reveal` hands it
+//! this process's stdout, so the provisioning process never holds a value.
+#![forbid(unsafe_code)]
+
+pub mod demo;
+pub mod exit;
+pub mod memscan;
+pub mod serve;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::classify::Policy;
+use crate::drop::outcome::Outcome;
+use crate::drop::plan::{Action, KeysOp, LaunchPlan, Limits};
+use crate::drop::report::{LaunchError, Stage, StatusReport};
+use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant, DEFAULT_MAX_OUTPUT};
+use crate::drop::spawn::{launch, Input, Launcher, Output};
+use crate::drop::user::TargetUser;
+use exit::CliError;
+
+/// Per-user age-sealed secrets, and tools run as their user.
+#[derive(Debug, Parser)]
+#[command(name = "tono-seal", version, about, long_about = None)]
+pub struct Cli {
+    /// Path of the `tono-launch` binary (default: beside this program).
+    #[arg(long, global = true, hide = true)]
+    pub launcher: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A user named by login name or `#UID`.
+#[derive(Debug, Args)]
+pub struct UserArg {
+    /// The user: a login name or #UID (never root).
+    #[arg(long, short = 'u')]
+    pub user: String,
+}
+
+/// Output as JSON.
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a user's key store and print its recipient.
+    Keygen {
+        #[command(flatten)]
+        user: UserArg,
+        /// Replace an existing identity (it is kept beside the new one).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Print a user's age recipient (age1…).
+    Recipient {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Seal the value on stdin as NAME (never from argv or env).
+    Seal {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        /// Accept an empty value.
+        #[arg(long)]
+        allow_empty: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Install an age file from stdin (made with `age -r RECIPIENT`) as NAME.
+    Import {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// List a user's secret names (never values).
+    List {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Remove a secret.
+    Remove {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// New identity; every secret re-sealed to it; safe to kill and re-run.
+    Rotate {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Print one secret's value, read as the user (for operators only).
+    Reveal {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+    },
+    /// Run a program as the user with the named secrets in its environment.
+    Run {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret to unseal into the variable of the same name, or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// Working folder (absolute; default the user's home).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Timeout in seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Run one tool call (JSON on stdin) as the user; print its Outcome JSON.
+    Call {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret the call may ask for: NAME or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// Timeout in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
+    Serve {
+        /// Serve on stdin/stdout (the only transport).
+        #[arg(long, required = true)]
+        stdio: bool,
+        /// Most calls running at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// Show the guarantees on this machine with two throwaway users.
+    Demo,
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn main(cli: Cli) -> i32 {
+    let launcher = match &cli.launcher {
+        Some(p) => Launcher::at(p),
+        None => match Launcher::beside_current_exe() {
+            Ok(l) => l,
+            Err(e) => return fail(CliError::new(exit::FAILED, format!("cannot find tono-launch: {e}"))),
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(CliError::new(exit::FAILED, format!("cannot start the runtime: {e}"))),
+    };
+    match runtime.block_on(dispatch(cli.command, &launcher)) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(e: CliError) -> i32 {
+    eprintln!("tono-seal: {}", e.message);
+    e.code
+}
+
+fn print_json(value: &Value) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)
+        .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+    writeln!(out).map_err(|e| CliError::new(exit::FAILED, e.to_string()))
+}
+
+/// Runs a key store operation as `user` through the launcher.
+pub async fn keys_op(
+    launcher: &Launcher,
+    user: &TargetUser,
+    op: KeysOp,
+    input: Input,
+    output: Output,
+) -> Result<Value, CliError> {
+    let plan = LaunchPlan {
+        user: user.name.clone(),
+        uid: user.uid,
+        gid: user.gid,
+        home: user.home.clone(),
+        limits: Limits::default(),
+        action: Action::Keys { op },
+    };
+    let done = launch(launcher, &plan, input, output, Duration::from_secs(600)).await?;
+    match done.report {
+        StatusReport::Done(v) => Ok(v),
+        StatusReport::Failed(e) => Err(e.into()),
+        other => Err(CliError::new(
+            exit::FAILED,
+            format!(
+                "the launcher ended without a result ({other:?}, status {:?}): {}",
+                done.status,
+                String::from_utf8_lossy(&done.stderr.bytes).trim()
+            ),
+        )),
+    }
+}
+
+async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
+    let capture = Output::Capture(64 * 1024);
+    let simple = |user: &UserArg| TargetUser::resolve(&user.user).map_err(CliError::from);
+    match command {
+        Command::Keygen { user, force, json } => {
+            let user = simple(&user)?;
+            let v = keys_op(launcher, &user, KeysOp::Keygen { force }, Input::Null, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                if let Some(kept) = v["replaced_identity_kept_at"].as_str() {
+                    eprintln!("tono-seal: the old identity was kept at {kept}");
+                }
+                println!("{}", v["recipient"].as_str().unwrap_or_default());
+            }
+            Ok(exit::OK)
+        }
+        Command::Recipient { user, json } => {
+            let user = simple(&user)?;
+            let v = keys_op(launcher, &user, KeysOp::Recipient, Input::Null, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                println!("{}", v["recipient"].as_str().unwrap_or_default());
+            }
+            Ok(exit::OK)
+        }
+        Command::Seal { user, name, allow_empty, json } => {
+            let user = simple(&user)?;
+            crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
+            let v = keys_op(launcher, &user, KeysOp::Seal { name, allow_empty }, Input::Inherit, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                println!("sealed {} for {} ({} bytes)", v["sealed"].as_str().unwrap_or_default(), user.name, v["value_bytes"]);
+            }
+            Ok(exit::OK)
+        }
+        Command::Import { user, name, json } => {
+            let user = simple(&user)?;
+            crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
+            let v = keys_op(launcher, &user, KeysOp::Import { name }, Input::Inherit, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                println!("imported {} for {}", v["imported"].as_str().unwrap_or_default(), user.name);
+            }
+            Ok(exit::OK)
+        }
+        Command::List { user, json } => {
+            let user = simple(&user)?;
+            let v = keys_op(launcher, &user, KeysOp::List, Input::Null, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                for item in v.as_array().into_iter().flatten() {
+                    println!("{}", item["name"].as_str().unwrap_or_default());
+                }
+            }
+            Ok(exit::OK)
+        }
+        Command::Remove { user, name, json } => {
+            let user = simple(&user)?;
+            let v = keys_op(launcher, &user, KeysOp::Remove { name }, Input::Null, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                println!("removed {}", v["removed"].as_str().unwrap_or_default());
+            }
+            Ok(exit::OK)
+        }
+        Command::Rotate { user, json } => {
+            let user = simple(&user)?;
+            let v = keys_op(launcher, &user, KeysOp::Rotate, Input::Null, capture).await?;
+            if json.json {
+                print_json(&v)?;
+            } else {
+                println!("{}", v["recipient"].as_str().unwrap_or_default());
+                eprintln!("tono-seal: rotated; {} secret(s) re-sealed to the new key", v["resealed"]);
+            }
+            Ok(exit::OK)
+        }
+        Command::Reveal { user, name } => {
+            let user = simple(&user)?;
+            keys_op(launcher, &user, KeysOp::Reveal { name }, Input::Null, Output::Inherit).await?;
+            Ok(exit::OK)
+        }
+        Command::Run { user, secrets, cwd, timeout, argv } => {
+            let user = simple(&user)?;
+            let grants = parse_grants(&secrets)?;
+            let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
+            let mut args = serde_json::json!({ "argv": argv, "secrets": names });
+            if let Some(cwd) = cwd {
+                args["cwd"] = Value::String(cwd.display().to_string());
+            }
+            let call = serde_json::to_vec(&serde_json::json!({ "tool": "spawn", "args": args }))
+                .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+            let options = RunOptions {
+                timeout: Duration::from_secs(timeout),
+                input: Input::Inherit,
+                output: Output::Inherit,
+                ..RunOptions::default()
+            };
+            let policy = Policy::default();
+            let outcome = drop_and_run(&DropRequest { launcher, policy: &policy, user: &user, grants: &grants, call: &call, options }).await;
+            run_exit_code(&outcome)
+        }
+        Command::Call { user, secrets, timeout } => {
+            let user = simple(&user)?;
+            let grants = parse_grants(&secrets)?;
+            let mut call = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(std::io::stdin().lock(), crate::classify::MAX_CALL_BYTES as u64 + 1),
+                &mut call,
+            )
+                .map_err(|e| CliError::new(exit::FAILED, format!("reading the call from stdin: {e}")))?;
+            let options = RunOptions { timeout: Duration::from_secs(timeout), max_output: DEFAULT_MAX_OUTPUT, ..RunOptions::default() };
+            let policy = Policy::default();
+            let outcome = drop_and_run(&DropRequest { launcher, policy: &policy, user: &user, grants: &grants, call: &call, options }).await;
+            print_json(&serde_json::to_value(&outcome).unwrap_or(Value::Null))?;
+            Ok(if outcome.succeeded() { exit::OK } else { exit::FAILED })
+        }
+        Command::Serve { stdio: _, concurrency } => serve::serve_stdio(launcher, concurrency.max(1)).await,
+        Command::Demo => demo::demo(launcher).await,
+    }
+}
+
+/// Parses `--secret` grants.
+pub fn parse_grants(specs: &[String]) -> Result<Vec<SecretGrant>, CliError> {
+    specs.iter().map(|s| SecretGrant::parse(s).map_err(CliError::usage)).collect()
+}
+
+/// `run`'s exit code: the program's own, 128+signal, or the launch error's.
+fn run_exit_code(outcome: &Outcome) -> Result<i32, CliError> {
+    if let Some(error) = &outcome.launch_error {
+        return Err(error.clone().into());
+    }
+    if outcome.verdict == crate::classify::VerdictKind::Refuse {
+        return Err(CliError::usage(format!("refused: {}", outcome.reason)));
+    }
+    if outcome.timed_out {
+        return Err(CliError::new(exit::FAILED, "the program timed out and was killed"));
+    }
+    match (outcome.exit_code, outcome.signal) {
+        (Some(code), _) => Ok(code),
+        (None, Some(sig)) => Ok(128 + sig),
+        _ => Err(LaunchError::new(Stage::Launcher, "no_status", "no exit status").into()),
+    }
+}

@@ -1,0 +1,280 @@
+//! The launcher: the one way a program for a user starts.
+//!
+//! `tono-launch` is started by the worker as root with an empty environment,
+//! its plan on fd 3 and its status pipe on fd 4. In this order it:
+//!
+//! 1. as root, with syscalls only: reads the plan and closes fd 3, closes
+//!    every fd above the status pipe (`close_range`), marks the status pipe
+//!    CLOEXEC, checks the plan against the passwd file, `setsid()`s, sets
+//!    `RLIMIT_CORE` 0 and the plan's `RLIMIT_NOFILE`/`RLIMIT_NPROC`, then
+//!    `setgroups([])`, `setresgid`, `setresuid`, `PR_SET_NO_NEW_PRIVS`, and
+//!    `PR_SET_PDEATHSIG(SIGKILL)` (set after the credential change, which
+//!    clears it);
+//! 2. verifies the drop held ([`super::verify::verify_dropped`]); any
+//!    failure is reported on the status pipe and nothing runs;
+//! 3. as the user: opens the identity, unseals only the requested secrets
+//!    into the program's fresh environment, enters the working folder, and
+//!    `execve`s the program, or performs a built-in operation.
+//!
+//! Nothing here runs between fork and exec of the worker: this is its own
+//! single-threaded program, so it may allocate freely.
+#![forbid(unsafe_code)]
+
+use std::convert::Infallible;
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::resource::{setrlimit, Resource};
+use nix::unistd::{Gid, Uid};
+use zeroize::{Zeroize, Zeroizing};
+
+use super::builtin;
+use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
+use super::report::{LaunchError, Stage, StatusMessage, EXEC_MARK};
+use super::sys;
+use super::user::{TargetUser, UserSpec};
+use super::verify::verify_dropped;
+use crate::keys::{identity::read_bounded, KeyStore, SecretName};
+
+/// Exit status of the launcher when it refused or failed (the status pipe
+/// says why).
+pub const EXIT_REFUSED: i32 = 125;
+/// Exit status when `execve` failed.
+pub const EXIT_EXEC_FAILED: i32 = 127;
+/// Exit status when started without a status pipe (by hand).
+pub const EXIT_USAGE: i32 = 2;
+
+/// The PATH used to find a program when the plan's environment has none.
+pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The launcher's entry point; never returns.
+pub fn main() -> ! {
+    let Some(mut status) = sys::take_inherited_fd(sys::STATUS_FD) else {
+        eprintln!(
+            "tono-launch: there is no status pipe on fd 4; this program is started by the \
+             tono-seal worker, not by hand"
+        );
+        std::process::exit(EXIT_USAGE);
+    };
+    let code = match launch(&mut status) {
+        Ok(result) => {
+            send(&mut status, &StatusMessage::Ok(result));
+            0
+        }
+        Err(error) => {
+            send(&mut status, &StatusMessage::Error(error));
+            EXIT_REFUSED
+        }
+    };
+    std::process::exit(code)
+}
+
+fn send(status: &mut File, message: &StatusMessage) {
+    if let Ok(bytes) = serde_json::to_vec(message) {
+        // Nothing else can be done if the worker is gone.
+        let _ = status.write_all(&bytes);
+    }
+}
+
+fn plan_error(code: &str, message: String) -> LaunchError {
+    LaunchError::new(Stage::Plan, code, message)
+}
+
+fn read_plan() -> Result<LaunchPlan, LaunchError> {
+    let mut fd = sys::take_inherited_fd(sys::PLAN_FD)
+        .ok_or_else(|| plan_error("plan_missing", "there is no plan on fd 3".into()))?;
+    let bytes = read_bounded(&mut fd, MAX_PLAN_BYTES)
+        .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
+    drop(fd);
+    serde_json::from_slice(&bytes).map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))
+}
+
+/// Checks the plan against the passwd file: the target must exist, not be
+/// root, and have exactly the plan's uid, gid and home.
+fn check_target(plan: &LaunchPlan) -> Result<(), LaunchError> {
+    if plan.uid == 0 || plan.gid == 0 {
+        return Err(plan_error("target_root", "uid 0 and gid 0 are never targets".into()));
+    }
+    let spec = UserSpec::parse(&plan.user).map_err(|e| plan_error(e.code(), e.to_string()))?;
+    let entry = TargetUser::lookup(&spec).map_err(|e| plan_error(e.code(), e.to_string()))?;
+    if entry.uid != plan.uid || entry.gid != plan.gid || entry.home != plan.home {
+        return Err(plan_error(
+            "target_mismatch",
+            format!(
+                "the plan says uid {} gid {} home {}, the passwd file says uid {} gid {} home {}",
+                plan.uid,
+                plan.gid,
+                plan.home.display(),
+                entry.uid,
+                entry.gid,
+                entry.home.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn drop_error(what: &str) -> impl FnOnce(Errno) -> LaunchError + '_ {
+    move |e| LaunchError::sys(Stage::Drop, "drop_failed", what, e)
+}
+
+/// Steps 1 and 2: as root, syscalls only, then the proof.
+fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(LaunchError::new(Stage::Drop, "launcher_not_root", "tono-launch must be started as root"));
+    }
+    let parent = nix::unistd::getppid();
+    nix::unistd::setsid().map_err(drop_error("setsid"))?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(drop_error("setrlimit(RLIMIT_CORE)"))?;
+    setrlimit(Resource::RLIMIT_NOFILE, plan.limits.nofile, plan.limits.nofile)
+        .map_err(drop_error("setrlimit(RLIMIT_NOFILE)"))?;
+    setrlimit(Resource::RLIMIT_NPROC, plan.limits.nproc, plan.limits.nproc)
+        .map_err(drop_error("setrlimit(RLIMIT_NPROC)"))?;
+    let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
+    nix::unistd::setgroups(&[]).map_err(drop_error("setgroups([])"))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(drop_error("setresgid"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(drop_error("setresuid"))?;
+    nix::sys::prctl::set_no_new_privs().map_err(drop_error("prctl(PR_SET_NO_NEW_PRIVS)"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(drop_error("prctl(PR_SET_PDEATHSIG)"))?;
+    if nix::unistd::getppid() != parent {
+        return Err(LaunchError::new(Stage::Drop, "worker_gone", "the worker exited during the launch"));
+    }
+    verify_dropped(plan.uid, plan.gid)
+}
+
+fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
+    let plan = read_plan()?;
+    sys::close_fds_from(sys::STATUS_FD as u32 + 1).map_err(drop_error("close_range"))?;
+    nix::fcntl::fcntl(sys::STATUS_FD, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+        .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
+    check_target(&plan)?;
+    drop_privileges(&plan)?;
+    // ── from here on this process is the user ──
+    match &plan.action {
+        Action::Exec(exec) => match exec_program(&plan, exec, status)? {},
+        Action::Keys { op } => {
+            enter_folder(&plan.home, &plan.home)?;
+            builtin::keys(&KeyStore::in_home(&plan.home), op)
+        }
+        Action::File { op } => {
+            enter_folder(&plan.home, &plan.home)?;
+            builtin::file(op)
+        }
+    }
+}
+
+fn enter_folder(folder: &Path, home: &Path) -> Result<(), LaunchError> {
+    let exec_error = |code: &str, message: String| LaunchError::new(Stage::Exec, code, message);
+    if !folder.is_absolute() {
+        return Err(exec_error("cwd_invalid", format!("the working folder {} is not absolute", folder.display())));
+    }
+    if folder.starts_with("/proc") {
+        return Err(exec_error("cwd_invalid", "a working folder under /proc is refused".into()));
+    }
+    nix::unistd::chdir(folder).map_err(|e| {
+        let code = if folder == home { "home_missing" } else { "cwd_unusable" };
+        LaunchError::sys(Stage::Exec, code, &format!("chdir {}", folder.display()), e)
+    })
+}
+
+/// Step 3 for a program: unseal, build the environment, exec.
+fn exec_program(plan: &LaunchPlan, exec: &ExecPlan, status: &mut File) -> Result<Infallible, LaunchError> {
+    let bad = |code: &str, message: String| LaunchError::new(Stage::Plan, code, message);
+    if exec.argv.is_empty() {
+        return Err(bad("argv_empty", "the program's argv is empty".into()));
+    }
+    let argv: Vec<CString> = exec
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| bad("argv_nul", "an argument holds a NUL byte".into())))
+        .collect::<Result<_, _>>()?;
+    let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
+    for (name, value) in &exec.env {
+        valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
+        if exec.secrets.iter().any(|s| &s.env == name) {
+            return Err(bad("env_conflict", format!("{name} is both a plain variable and a secret's")));
+        }
+        let entry = CString::new(format!("{name}={value}"))
+            .map_err(|_| bad("env_invalid", format!("the value of {name} holds a NUL byte")))?;
+        envp.push(Zeroizing::new(entry));
+    }
+    if !exec.secrets.is_empty() {
+        let store = KeyStore::in_home(&plan.home);
+        let unseal_error = |e: crate::keys::KeysError| LaunchError::new(Stage::Unseal, e.code(), e.to_string());
+        let ids = store.identities().map_err(unseal_error)?;
+        for binding in &exec.secrets {
+            valid_env_name(&binding.env).map_err(|m| bad("env_invalid", m))?;
+            let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
+            let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
+            envp.push(secret_entry(&binding.env, secrecy::ExposeSecret::expose_secret(&plain), &name)?);
+        }
+        drop(ids);
+    }
+    let cwd = exec.cwd.clone().unwrap_or_else(|| plan.home.clone());
+    enter_folder(&cwd, &plan.home)?;
+    let program = find_program(&exec.argv[0], &exec.env)?;
+    let argv_refs: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
+    let env_refs: Vec<&CStr> = envp.iter().map(|e| e.as_c_str()).collect();
+    let _ = status.write_all(&[EXEC_MARK]);
+    let errno = match nix::unistd::execve(&program, &argv_refs, &env_refs) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    drop(env_refs);
+    drop(envp); // wipes every unsealed value
+    Err(LaunchError::sys(Stage::Exec, "exec_failed", &format!("execve {}", exec.argv[0]), errno))
+}
+
+/// `NAME=value\0` for a secret, built in one allocation that is wiped.
+fn secret_entry(env: &str, value: &[u8], name: &SecretName) -> Result<Zeroizing<CString>, LaunchError> {
+    if value.contains(&0) {
+        return Err(LaunchError::new(
+            Stage::Unseal,
+            "secret_has_nul",
+            format!("secret {name} holds a NUL byte and cannot be put in an environment variable"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(env.len() + value.len() + 2);
+    bytes.extend_from_slice(env.as_bytes());
+    bytes.push(b'=');
+    bytes.extend_from_slice(value);
+    bytes.push(0);
+    match CString::from_vec_with_nul(bytes) {
+        Ok(c) => Ok(Zeroizing::new(c)),
+        Err(e) => {
+            e.into_bytes().zeroize();
+            Err(LaunchError::new(Stage::Unseal, "secret_has_nul", format!("secret {name} holds a NUL byte")))
+        }
+    }
+}
+
+/// Environment variable names: non-empty, no `=`, no NUL.
+pub fn valid_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(format!("{:?} is not a valid environment variable name", name.escape_debug().to_string()));
+    }
+    Ok(())
+}
+
+/// Finds `argv0` like `execvp`, but in the plan's own `PATH`, as the user.
+fn find_program(argv0: &str, env: &[(String, String)]) -> Result<CString, LaunchError> {
+    let not_found = |m: String| LaunchError::new(Stage::Exec, "program_not_found", m);
+    let to_c = |p: &Path| {
+        CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| not_found("the program path holds a NUL byte".into()))
+    };
+    if argv0.contains('/') {
+        return to_c(Path::new(argv0));
+    }
+    let path = env.iter().find(|(k, _)| k == "PATH").map_or(FALLBACK_PATH, |(_, v)| v.as_str());
+    for dir in path.split(':').filter(|d| d.starts_with('/')) {
+        let candidate = PathBuf::from(dir).join(argv0);
+        if nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok() && candidate.is_file() {
+            return to_c(&candidate);
+        }
+    }
+    Err(not_found(format!("{argv0:?} is not an executable in PATH {path}")))
+}

@@ -1,0 +1,167 @@
+//! The launch plan: everything `tono-launch` needs, sent as JSON on a pipe
+//! (never in argv or the environment). A plan names secrets, never holds
+//! their values.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Default `RLIMIT_NOFILE` (soft and hard) of a launched program.
+pub const DEFAULT_NOFILE: u64 = 1024;
+/// Default `RLIMIT_NPROC` of a launched program: processes of its uid.
+pub const DEFAULT_NPROC: u64 = 512;
+/// The largest plan the launcher reads.
+pub const MAX_PLAN_BYTES: usize = 8 * 1024 * 1024;
+
+/// One launch.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchPlan {
+    /// Login name of the target; checked against the passwd file.
+    pub user: String,
+    /// Target uid; must agree with the passwd entry and not be 0.
+    pub uid: u32,
+    /// Target gid; must agree with the passwd entry and not be 0.
+    pub gid: u32,
+    /// Target home; must agree with the passwd entry.
+    pub home: PathBuf,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// What to do once dropped.
+    pub action: Action,
+}
+
+/// Resource limits set while still root, before the drop.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// `RLIMIT_NOFILE`, soft and hard.
+    pub nofile: u64,
+    /// `RLIMIT_NPROC`, soft and hard (counts every process of the uid).
+    pub nproc: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            nofile: DEFAULT_NOFILE,
+            nproc: DEFAULT_NPROC,
+        }
+    }
+}
+
+/// What the launcher does as the user.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    /// Unseal the named secrets and `execve` a program.
+    Exec(ExecPlan),
+    /// A key store operation, done by the launcher itself.
+    Keys {
+        /// The operation.
+        op: KeysOp,
+    },
+    /// A file tool, done by the launcher itself.
+    File {
+        /// The operation.
+        op: FileOp,
+    },
+}
+
+/// A program to run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecPlan {
+    /// Program and arguments; `argv[0]` without a `/` is looked up in the
+    /// plan's own `PATH`.
+    pub argv: Vec<String>,
+    /// Absolute working folder, entered after the drop; the home if absent.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The whole environment of the program (secrets are added to it).
+    pub env: Vec<(String, String)>,
+    /// Secrets to unseal, each into its own variable.
+    #[serde(default)]
+    pub secrets: Vec<SecretBinding>,
+}
+
+/// One secret and the variable it goes to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SecretBinding {
+    /// The secret's name in the store.
+    pub name: String,
+    /// The environment variable that receives its value.
+    pub env: String,
+}
+
+/// Key store operations (`tono-seal` provisioning commands).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeysOp {
+    /// Create the store; `force` replaces (and keeps) an old identity.
+    Keygen {
+        /// Replace an existing identity.
+        force: bool,
+    },
+    /// The current recipient.
+    Recipient,
+    /// Seal the value on stdin as `name`.
+    Seal {
+        /// The secret's name.
+        name: String,
+        /// Accept an empty value.
+        allow_empty: bool,
+    },
+    /// Install the age file on stdin as `name`, after checking it opens.
+    Import {
+        /// The secret's name.
+        name: String,
+    },
+    /// List names.
+    List,
+    /// Remove a secret.
+    Remove {
+        /// The secret's name.
+        name: String,
+    },
+    /// New identity; every secret re-sealed.
+    Rotate,
+    /// Write one value to stdout.
+    Reveal {
+        /// The secret's name.
+        name: String,
+    },
+}
+
+/// File tools, done as the user.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FileOp {
+    /// Write the file's bytes to stdout (at most `max_bytes`).
+    Read {
+        /// Path, absolute or relative to the home.
+        path: PathBuf,
+        /// Cap on bytes read.
+        max_bytes: u64,
+    },
+    /// Create or replace a file with `content`.
+    Write {
+        /// Path, absolute or relative to the home.
+        path: PathBuf,
+        /// The new content.
+        content: String,
+    },
+    /// List a folder's entries.
+    ListDir {
+        /// Path, absolute or relative to the home.
+        path: PathBuf,
+    },
+    /// Remove a file (not a folder).
+    Delete {
+        /// Path, absolute or relative to the home.
+        path: PathBuf,
+    },
+}

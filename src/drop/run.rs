@@ -1,0 +1,265 @@
+//! `drop_and_run`: the worker's one call for a tool call.
+//!
+//! Classify the raw call; refuse what is malformed; build a launch plan for
+//! what drops (`shell` → `/bin/sh -c`, `spawn` → argv, file tools → the
+//! launcher's own built-ins, HTTP reads → `curl` as the user); run it
+//! through `tono-launch`; return a structured [`Outcome`]. The worker never
+//! reads a secret and never touches the user's files: it names secrets, the
+//! launcher unseals them after the drop.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::outcome::Outcome;
+use super::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
+use super::report::{LaunchError, Stage};
+use super::spawn::{launch, Input, Launcher, Output};
+use super::user::TargetUser;
+use crate::classify::{classify_raw, Policy, ToolCall, ToolKind, Verdict, VerdictKind};
+use crate::keys::SecretName;
+use crate::turn::EnvBuilder;
+
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default cap on each of stdout and stderr.
+pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
+/// Default cap on what `read_file` returns.
+pub const DEFAULT_READ_MAX: u64 = 1024 * 1024;
+
+/// A secret the turn allows, and the variable it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretGrant {
+    /// The secret's name in the user's store.
+    pub name: SecretName,
+    /// The environment variable that receives it.
+    pub env: String,
+}
+
+impl SecretGrant {
+    /// Parses `NAME` (bound to the variable `NAME`) or `NAME=ENV`.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let (name, env) = spec.split_once('=').unwrap_or((spec, spec));
+        let name = SecretName::parse(name).map_err(|e| e.to_string())?;
+        super::launcher::valid_env_name(env)?;
+        Ok(Self { name, env: env.to_owned() })
+    }
+}
+
+/// Per-call options.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The longest a call may run (a call's own `timeout_ms` can only lower it).
+    pub timeout: Duration,
+    /// Cap on each captured stream.
+    pub max_output: usize,
+    /// The program's stdin.
+    pub input: Input,
+    /// Capture or pass through the program's output.
+    pub output: Output,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            max_output: DEFAULT_MAX_OUTPUT,
+            input: Input::Null,
+            output: Output::Capture(DEFAULT_MAX_OUTPUT),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// One tool call to run.
+#[derive(Debug, Clone)]
+pub struct DropRequest<'a> {
+    /// The launcher to start.
+    pub launcher: &'a Launcher,
+    /// Tool names and kinds.
+    pub policy: &'a Policy,
+    /// Who it runs as.
+    pub user: &'a TargetUser,
+    /// The secrets the turn allows; a call may ask for any of these.
+    pub grants: &'a [SecretGrant],
+    /// The raw tool call, `{"tool": …, "args": {…}}`.
+    pub call: &'a [u8],
+    /// Options.
+    pub options: RunOptions,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShellArgs {
+    command: String,
+    cwd: Option<PathBuf>,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    secrets: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnArgs {
+    argv: Vec<String>,
+    cwd: Option<PathBuf>,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    secrets: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: PathBuf,
+    max_bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: PathBuf,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpArgs {
+    url: String,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+}
+
+/// What a call turns into.
+struct Prepared {
+    action: Action,
+    timeout: Option<Duration>,
+}
+
+fn args<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Verdict> {
+    serde_json::from_value(Value::Object(call.args.clone()))
+        .map_err(|e| Verdict::refuse("args_invalid", format!("arguments of {}: {e}", call.tool)))
+}
+
+fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretBinding>, Verdict> {
+    wanted
+        .iter()
+        .map(|name| {
+            grants
+                .iter()
+                .find(|g| g.name.as_str() == name)
+                .map(|g| SecretBinding { name: g.name.to_string(), env: g.env.clone() })
+                .ok_or_else(|| {
+                    Verdict::refuse("secret_not_granted", format!("the call asks for secret {name:?}, which this turn does not allow"))
+                })
+        })
+        .collect()
+}
+
+fn prepare(kind: ToolKind, call: &ToolCall, user: &TargetUser, grants: &[SecretGrant]) -> Result<Prepared, Verdict> {
+    let env = || EnvBuilder::for_user(user).build();
+    let ms = |t: Option<u64>| t.map(Duration::from_millis);
+    let exec = |argv, cwd, secrets| Action::Exec(ExecPlan { argv, cwd, env: env(), secrets });
+    Ok(match kind {
+        ToolKind::Shell => {
+            let a: ShellArgs = args(call)?;
+            let secrets = bind_secrets(&a.secrets, grants)?;
+            Prepared {
+                action: exec(vec!["/bin/sh".into(), "-c".into(), a.command], a.cwd, secrets),
+                timeout: ms(a.timeout_ms),
+            }
+        }
+        ToolKind::Spawn => {
+            let a: SpawnArgs = args(call)?;
+            if a.argv.is_empty() {
+                return Err(Verdict::refuse("args_invalid", "spawn needs a non-empty argv"));
+            }
+            let secrets = bind_secrets(&a.secrets, grants)?;
+            Prepared { action: exec(a.argv, a.cwd, secrets), timeout: ms(a.timeout_ms) }
+        }
+        ToolKind::ReadFile => {
+            let a: ReadArgs = args(call)?;
+            let op = FileOp::Read { path: a.path, max_bytes: a.max_bytes.unwrap_or(DEFAULT_READ_MAX) };
+            Prepared { action: Action::File { op }, timeout: None }
+        }
+        ToolKind::WriteFile => {
+            let a: WriteArgs = args(call)?;
+            Prepared { action: Action::File { op: FileOp::Write { path: a.path, content: a.content } }, timeout: None }
+        }
+        ToolKind::ListDir => {
+            let a: PathArgs = args(call)?;
+            Prepared { action: Action::File { op: FileOp::ListDir { path: a.path } }, timeout: None }
+        }
+        ToolKind::DeleteFile => {
+            let a: PathArgs = args(call)?;
+            Prepared { action: Action::File { op: FileOp::Delete { path: a.path } }, timeout: None }
+        }
+        ToolKind::HttpGet | ToolKind::HttpHead => {
+            // Dropped reads run as the user with curl: the worker's network
+            // position and credentials are not lent to them.
+            let a: HttpArgs = args(call)?;
+            let mut argv: Vec<String> =
+                ["curl", "--silent", "--show-error", "--proto", "=http,https", "--max-redirs", "5"].map(String::from).into();
+            if kind == ToolKind::HttpHead {
+                argv.push("--head".into());
+            }
+            for (k, v) in a.headers {
+                argv.push("--header".into());
+                argv.push(format!("{k}: {v}"));
+            }
+            argv.push("--".into());
+            argv.push(a.url);
+            Prepared { action: exec(argv, None, Vec::new()), timeout: None }
+        }
+    })
+}
+
+/// Classifies and runs one tool call as `req.user`; never panics on input.
+pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
+    let (call, verdict) = classify_raw(req.call, req.policy);
+    let tool = call.as_ref().map(|c| c.tool.clone());
+    let Some(call) = call else {
+        return Outcome::not_run(&verdict, tool, None);
+    };
+    match verdict.kind() {
+        VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
+        // No stay path exists in this build: a Stay would be a bug upstream,
+        // and the safe answer to a bug is to drop.
+        VerdictKind::Stay | VerdictKind::Drop => {}
+    }
+    let Some(kind) = req.policy.kind_of(&call.tool) else {
+        let error = LaunchError::new(Stage::Plan, "no_runner", format!("no program implements tool {:?}", call.tool));
+        return Outcome::not_run(&verdict, tool, Some(error));
+    };
+    let prepared = match prepare(kind, &call, req.user, req.grants) {
+        Ok(p) => p,
+        Err(refusal) => return Outcome::not_run(&refusal, tool, None),
+    };
+    let plan = LaunchPlan {
+        user: req.user.name.clone(),
+        uid: req.user.uid,
+        gid: req.user.gid,
+        home: req.user.home.clone(),
+        limits: req.options.limits,
+        action: prepared.action,
+    };
+    let timeout = prepared.timeout.map_or(req.options.timeout, |t| t.min(req.options.timeout));
+    let output = match req.options.output {
+        Output::Capture(_) => Output::Capture(req.options.max_output),
+        Output::Inherit => Output::Inherit,
+    };
+    match launch(req.launcher, &plan, req.options.input, output, timeout).await {
+        Ok(done) => Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done),
+        Err(error) => Outcome::not_run(&verdict, tool, Some(error)),
+    }
+}

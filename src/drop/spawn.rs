@@ -1,0 +1,280 @@
+//! Starting `tono-launch` from the async worker and collecting what happened.
+//!
+//! Guarantees: the launcher starts with an empty environment, its plan on a
+//! pipe (fd 3) and its status pipe (fd 4), and no other fd of the worker
+//! (every worker fd is CLOEXEC or closed by the launcher's `close_range`).
+//! The child is watched through a pidfd; when it exits, or its timeout
+//! fires, its whole process group is killed while the exited leader is not
+//! yet reaped (so the group id cannot have been reused), then it is reaped.
+//! Output is drained concurrently with a cap, so a chatty tool never
+//! deadlocks, and a background process holding the pipes cannot hang the
+//! call past a short drain window. A dropped future kills and reaps too.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+
+use super::plan::LaunchPlan;
+use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
+use super::sys;
+
+/// How long output is still read after the program exited and its process
+/// group was killed.
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// Where the launcher binary is.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    path: PathBuf,
+}
+
+impl Launcher {
+    /// The launcher at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// `tono-launch` in the same folder as the running program: how an
+    /// installed `tono-seal` finds it.
+    pub fn beside_current_exe() -> io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let dir = exe.parent().ok_or_else(|| io::Error::other("the program has no folder"))?;
+        Ok(Self::at(dir.join("tono-launch")))
+    }
+
+    /// The launcher's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The launched program's stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// `/dev/null`.
+    Null,
+    /// The worker's own stdin (the CLI's `seal`, `import`).
+    Inherit,
+}
+
+/// The launched program's stdout and stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Captured, at most this many bytes per stream (the rest is drained).
+    Capture(usize),
+    /// The worker's own stdout/stderr (the CLI's `run`, `reveal`).
+    Inherit,
+}
+
+/// One stream's captured bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The first bytes, up to the cap.
+    pub bytes: Vec<u8>,
+    /// More was written than kept.
+    pub truncated: bool,
+}
+
+impl Captured {
+    fn take(&mut self, chunk: &[u8], cap: usize) {
+        let room = cap.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+    }
+}
+
+/// What happened to one launch.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit status from `waitpid` (absent only if it could not be had).
+    pub status: Option<ExitStatus>,
+    /// The timeout fired and the group was killed.
+    pub timed_out: bool,
+    /// Captured stdout.
+    pub stdout: Captured,
+    /// Captured stderr.
+    pub stderr: Captured,
+    /// What the status pipe said.
+    pub report: StatusReport,
+    /// From spawn to reap.
+    pub duration: Duration,
+}
+
+/// Kills and reaps the child if the launch is abandoned.
+struct ChildGuard {
+    child: Option<Child>,
+}
+
+impl ChildGuard {
+    fn pgid(&self) -> Option<Pid> {
+        self.child.as_ref().map(|c| Pid::from_raw(c.id() as i32))
+    }
+
+    /// SIGKILLs the group the launcher made with `setsid` (pgid = its pid).
+    /// Called only while the leader is unreaped, so the id is still ours.
+    fn kill_group(&self) {
+        if let Some(pgid) = self.pgid() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+
+    fn reap(&mut self) -> Option<ExitStatus> {
+        self.child.take().and_then(|mut c| c.wait().ok())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_error(what: &str, e: io::Error) -> LaunchError {
+    LaunchError {
+        stage: Stage::Spawn,
+        code: "spawn_failed".into(),
+        message: format!("{what}: {e}"),
+        errno: e.raw_os_error(),
+    }
+}
+
+async fn read_some(rx: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> io::Result<usize> {
+    match rx {
+        Some(rx) => rx.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Launches `plan` and waits for it, within `timeout`.
+pub async fn launch(
+    launcher: &Launcher,
+    plan: &LaunchPlan,
+    input: Input,
+    output: Output,
+    timeout: Duration,
+) -> Result<Finished, LaunchError> {
+    let plan_bytes = serde_json::to_vec(plan)
+        .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
+    let (plan_r, plan_w) = sys::pipe_above_status().map_err(|e| spawn_error("plan pipe", e))?;
+    let (status_r, status_w) = sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
+
+    let mut cmd = Command::new(launcher.path());
+    cmd.env_clear().current_dir("/");
+    cmd.stdin(match input {
+        Input::Null => Stdio::null(),
+        Input::Inherit => Stdio::inherit(),
+    });
+    let (out, err) = match output {
+        Output::Capture(_) => (Stdio::piped(), Stdio::piped()),
+        Output::Inherit => (Stdio::inherit(), Stdio::inherit()),
+    };
+    cmd.stdout(out).stderr(err);
+    sys::map_launch_fds(&mut cmd, &plan_r, &status_w);
+
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
+    drop(plan_r);
+    drop(status_w);
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let pid = child.id();
+    let mut guard = ChildGuard { child: Some(child) };
+
+    let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error("pidfd_open", e))?;
+    let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;
+    let receiver = |fd: std::os::fd::OwnedFd| pipe::Receiver::from_owned_fd(fd);
+    let mut out_rx = stdout
+        .map(|s| receiver(s.into()))
+        .transpose()
+        .map_err(|e| spawn_error("stdout pipe", e))?;
+    let mut err_rx = stderr
+        .map(|s| receiver(s.into()))
+        .transpose()
+        .map_err(|e| spawn_error("stderr pipe", e))?;
+    let mut status_rx = Some(receiver(status_r).map_err(|e| spawn_error("status pipe", e))?);
+    let mut plan_tx = Some(pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?);
+
+    let cap = match output {
+        Output::Capture(cap) => cap,
+        Output::Inherit => 0,
+    };
+    let mut captured_out = Captured::default();
+    let mut captured_err = Captured::default();
+    let mut status_bytes = Vec::new();
+    let (mut buf_out, mut buf_err, mut buf_status) = (vec![0u8; 16384], vec![0u8; 16384], [0u8; 4096]);
+
+    let deadline = tokio::time::Instant::from_std(started + timeout);
+    let mut exit: Option<Option<ExitStatus>> = None;
+    let mut timed_out = false;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+
+    loop {
+        if exit.is_some() && out_rx.is_none() && err_rx.is_none() && status_rx.is_none() {
+            break;
+        }
+        tokio::select! {
+            r = async { match plan_tx.as_mut() { Some(tx) => tx.write_all(&plan_bytes).await, None => std::future::pending().await } } => {
+                // Written (or the launcher is gone): close so it sees EOF.
+                let _ = r;
+                plan_tx = None;
+            }
+            r = read_some(&mut out_rx, &mut buf_out) => match r {
+                Ok(n) if n > 0 => captured_out.take(&buf_out[..n], cap),
+                _ => out_rx = None,
+            },
+            r = read_some(&mut err_rx, &mut buf_err) => match r {
+                Ok(n) if n > 0 => captured_err.take(&buf_err[..n], cap),
+                _ => err_rx = None,
+            },
+            r = read_some(&mut status_rx, &mut buf_status) => match r {
+                Ok(n) if n > 0 && status_bytes.len() + n <= MAX_STATUS_BYTES => status_bytes.extend_from_slice(&buf_status[..n]),
+                _ => status_rx = None,
+            },
+            r = pidfd.readable(), if exit.is_none() => {
+                let _ = r;
+                // The leader has exited but is not reaped: the group id is
+                // still ours, so everything left in it can be killed.
+                guard.kill_group();
+                exit = Some(guard.reap());
+                plan_tx = None;
+                drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = tokio::time::sleep_until(deadline), if exit.is_none() && !timed_out => {
+                timed_out = true;
+                guard.kill_group();
+                let _ = sys::pidfd_send_signal(pidfd.get_ref(), libc::SIGKILL);
+            }
+            _ = sleep_until_opt(drain_until) => break,
+        }
+    }
+    let duration = started.elapsed();
+    Ok(Finished {
+        status: exit.flatten(),
+        timed_out,
+        stdout: captured_out,
+        stderr: captured_err,
+        report: StatusReport::decode(&status_bytes),
+        duration,
+    })
+}

@@ -1,0 +1,232 @@
+//! Target users: who a launch runs as, looked up in the passwd file.
+//!
+//! Guarantees: a user is named by a login name or `#UID` with a plain decimal
+//! uid; uid 0, gid 0 and the wrap-around uid `4294967295` (`-1`,
+//! CVE-2019-14287) are refused before any syscall; paths come from the
+//! passwd entry, never from the name (sudo-rs CVE-2023-42456). Lookup reads
+//! the local passwd file only (the users `useradd` makes), with no NSS
+//! module loaded.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The system passwd file.
+pub const PASSWD_PATH: &str = "/etc/passwd";
+
+/// How a user was named on the command line or in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserSpec {
+    /// A login name.
+    Name(String),
+    /// `#UID`.
+    Uid(u32),
+}
+
+/// A user a launch may run as: never uid 0 or gid 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetUser {
+    /// Login name.
+    pub name: String,
+    /// User id (never 0).
+    pub uid: u32,
+    /// Primary group id (never 0).
+    pub gid: u32,
+    /// Home folder from the passwd entry.
+    pub home: PathBuf,
+    /// Login shell from the passwd entry.
+    pub shell: PathBuf,
+}
+
+/// Why a user cannot be a target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UserError {
+    /// The spec is not a valid login name or `#UID`.
+    #[error("invalid user {spec:?}: {reason}")]
+    InvalidSpec {
+        /// The spec, escaped.
+        spec: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// No such user in the passwd file.
+    #[error("unknown user {0:?}")]
+    Unknown(String),
+    /// The user is root or in group 0.
+    #[error("refusing user {0:?}: uid 0 and gid 0 are never targets")]
+    Root(String),
+    /// The passwd entry is unusable (relative home, for example).
+    #[error("user {name:?} has an unusable passwd entry: {reason}")]
+    BadEntry {
+        /// The user.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The passwd file could not be read.
+    #[error("cannot read {PASSWD_PATH}: {0}")]
+    Passwd(String),
+}
+
+impl UserError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec { .. } => "user_invalid",
+            Self::Unknown(_) => "user_unknown",
+            Self::Root(_) => "user_root",
+            Self::BadEntry { .. } => "user_bad_entry",
+            Self::Passwd(_) => "passwd_unreadable",
+        }
+    }
+}
+
+impl UserSpec {
+    /// Parses `name` or `#UID`.
+    pub fn parse(spec: &str) -> Result<Self, UserError> {
+        let bad = |reason| UserError::InvalidSpec {
+            spec: spec.escape_debug().take(80).collect(),
+            reason,
+        };
+        if let Some(digits) = spec.strip_prefix('#') {
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad("a uid after '#' must be plain decimal digits"));
+            }
+            if digits.len() > 1 && digits.starts_with('0') {
+                return Err(bad("a uid must not have leading zeros"));
+            }
+            let uid: u32 = digits.parse().map_err(|_| bad("the uid does not fit in 32 bits"))?;
+            if uid == 0 {
+                return Err(UserError::Root(spec.to_owned()));
+            }
+            if uid == u32::MAX {
+                return Err(bad("uid 4294967295 is -1, which means 'no change'"));
+            }
+            return Ok(Self::Uid(uid));
+        }
+        valid_login_name(spec).map_err(bad)?;
+        Ok(Self::Name(spec.to_owned()))
+    }
+}
+
+/// Login names as `useradd` accepts them by default.
+pub fn valid_login_name(name: &str) -> Result<(), &'static str> {
+    let bytes = name.as_bytes();
+    let Some(&first) = bytes.first() else {
+        return Err("it is empty");
+    };
+    if bytes.len() > 32 {
+        return Err("it is longer than 32 bytes");
+    }
+    if !(first.is_ascii_lowercase() || first == b'_') {
+        return Err("it must start with a lowercase letter or '_'");
+    }
+    let body = bytes.strip_suffix(b"$").unwrap_or(bytes);
+    if !body
+        .iter()
+        .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    {
+        return Err("it may hold only lowercase letters, digits, '_' and '-'");
+    }
+    Ok(())
+}
+
+impl TargetUser {
+    /// Looks `spec` up in the system passwd file.
+    pub fn lookup(spec: &UserSpec) -> Result<Self, UserError> {
+        let text = std::fs::read_to_string(PASSWD_PATH).map_err(|e| UserError::Passwd(e.to_string()))?;
+        Self::lookup_in(&text, spec)
+    }
+
+    /// Parses a spec and looks it up: the usual entry point.
+    pub fn resolve(spec: &str) -> Result<Self, UserError> {
+        Self::lookup(&UserSpec::parse(spec)?)
+    }
+
+    /// Looks `spec` up in passwd-format `text`.
+    pub fn lookup_in(text: &str, spec: &UserSpec) -> Result<Self, UserError> {
+        let shown = match spec {
+            UserSpec::Name(n) => n.clone(),
+            UserSpec::Uid(u) => format!("#{u}"),
+        };
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            if fields.len() != 7 {
+                continue;
+            }
+            let (Ok(uid), Ok(gid)) = (fields[2].parse::<u32>(), fields[3].parse::<u32>()) else {
+                continue;
+            };
+            let hit = match spec {
+                UserSpec::Name(n) => fields[0] == n,
+                UserSpec::Uid(u) => uid == *u,
+            };
+            if !hit {
+                continue;
+            }
+            if uid == 0 || gid == 0 {
+                return Err(UserError::Root(shown));
+            }
+            let home = PathBuf::from(fields[5]);
+            if !home.is_absolute() || home == Path::new("/") {
+                return Err(UserError::BadEntry {
+                    name: fields[0].to_owned(),
+                    reason: "its home is not an absolute path below /",
+                });
+            }
+            return Ok(Self {
+                name: fields[0].to_owned(),
+                uid,
+                gid,
+                home,
+                shell: PathBuf::from(fields[6]),
+            });
+        }
+        Err(UserError::Unknown(shown))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\
+        alice:x:61001:61001::/home/alice:/bin/sh\n\
+        wheel:x:61002:0::/home/wheel:/bin/sh\n\
+        rel:x:61003:61003::home/rel:/bin/sh\n";
+
+    #[test]
+    fn refuses_dangerous_uid_spellings_before_lookup() {
+        for spec in ["#-1", "#4294967295", "#0", "#0x10", " #5", "#", "#+5", "#05", "#99999999999"] {
+            assert!(UserSpec::parse(spec).is_err(), "{spec:?} must be refused");
+        }
+        assert!(matches!(UserSpec::parse("#0"), Err(UserError::Root(_))));
+    }
+
+    #[test]
+    fn refuses_root_by_name_and_gid_zero() {
+        let root = UserSpec::parse("root").unwrap();
+        assert!(matches!(TargetUser::lookup_in(PASSWD, &root), Err(UserError::Root(_))));
+        let wheel = UserSpec::parse("wheel").unwrap();
+        assert!(matches!(TargetUser::lookup_in(PASSWD, &wheel), Err(UserError::Root(_))));
+    }
+
+    #[test]
+    fn finds_by_name_and_uid() {
+        let a = TargetUser::lookup_in(PASSWD, &UserSpec::parse("alice").unwrap()).unwrap();
+        let b = TargetUser::lookup_in(PASSWD, &UserSpec::parse("#61001").unwrap()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.home, Path::new("/home/alice"));
+        assert!(TargetUser::lookup_in(PASSWD, &UserSpec::parse("bob").unwrap()).is_err());
+        assert!(TargetUser::lookup_in(PASSWD, &UserSpec::parse("rel").unwrap()).is_err());
+    }
+
+    #[test]
+    fn refuses_path_like_names() {
+        for spec in ["../../bin/cp", "a/b", "", "Alice", "a b", "a\0"] {
+            assert!(UserSpec::parse(spec).is_err(), "{spec:?}");
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! tono-seal: per-user age-sealed secrets and one verified launcher, so that a
+//! root-run AI agent worker never holds a user's secrets and never runs a
+//! user's tool as root.
+//!
+//! The crate guarantees, and its tests check against a real kernel:
+//!
+//! 1. the worker holds no plaintext: secrets are unsealed only inside
+//!    `tono-launch`, after it has dropped to the secret's owner;
+//! 2. each user's age identity in `~/.tono/identity` is the boundary;
+//! 3. side-effecting tools drop; only classified reads may stay;
+//! 4. every program for a user starts through one launcher that verifies the
+//!    drop held before the program's first instruction;
+//! 5. root never acts by a path inside a folder a user controls.
+//!
+//! Modules: [`keys`] (identities, sealing, the on-disk store), [`drop`] (the
+//! launch plan, the drop and its verification, spawning, outcomes),
+//! [`classify`] (the tool-call model and verdicts), [`turn`] (who a run goes
+//! as and the fresh environment).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod classify;
+pub mod drop;
+pub mod keys;
+pub mod turn;
+
+pub use drop::run::{drop_and_run, DropRequest, RunOptions};
+pub use drop::outcome::Outcome;
