@@ -19,9 +19,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod classify;
+pub mod cli;
 pub mod drop;
 pub mod keys;
 pub mod turn;
 
-pub use drop::run::{drop_and_run, DropRequest, RunOptions};
 pub use drop::outcome::Outcome;
+pub use drop::run::{drop_and_run, DropRequest, RunOptions};

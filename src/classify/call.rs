@@ -31,9 +31,13 @@ pub struct ToolCall {
 /// Parses `raw` or returns the `Refuse` verdict that says why not.
 pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
     if raw.len() > MAX_CALL_BYTES {
-        return Err(Verdict::refuse("call_too_large", format!("the call is over {MAX_CALL_BYTES} bytes")));
+        return Err(Verdict::refuse(
+            "call_too_large",
+            format!("the call is over {MAX_CALL_BYTES} bytes"),
+        ));
     }
-    let text = std::str::from_utf8(raw).map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
     let mut de = serde_json::Deserializer::from_str(text);
     let value = StrictValue { depth: 0 }
         .deserialize(&mut de)
@@ -49,22 +53,43 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
             }
         })?;
     let Value::Object(mut top) = value else {
-        return Err(Verdict::refuse("call_not_object", "the call must be a JSON object"));
+        return Err(Verdict::refuse(
+            "call_not_object",
+            "the call must be a JSON object",
+        ));
     };
     let tool = match top.remove("tool") {
         Some(Value::String(s)) => s,
-        Some(_) => return Err(Verdict::refuse("tool_not_string", "`tool` must be a string")),
+        Some(_) => {
+            return Err(Verdict::refuse(
+                "tool_not_string",
+                "`tool` must be a string",
+            ))
+        }
         None => return Err(Verdict::refuse("tool_missing", "the call has no `tool`")),
     };
     let args = match top.remove("args") {
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(Verdict::refuse("args_not_object", "`args` must be an object")),
-        None => return Err(Verdict::refuse("args_missing", "the call has no `args` object")),
+        Some(_) => {
+            return Err(Verdict::refuse(
+                "args_not_object",
+                "`args` must be an object",
+            ))
+        }
+        None => {
+            return Err(Verdict::refuse(
+                "args_missing",
+                "the call has no `args` object",
+            ))
+        }
     };
     if let Some(extra) = top.keys().next() {
         return Err(Verdict::refuse(
             "call_unknown_field",
-            format!("unknown top-level field {:?}", extra.escape_debug().to_string()),
+            format!(
+                "unknown top-level field {:?}",
+                extra.escape_debug().to_string()
+            ),
         ));
     }
     Ok(ToolCall { tool, args })
@@ -83,7 +108,9 @@ impl StrictValue {
         if self.depth >= MAX_DEPTH {
             return Err(E::custom(format!("{TOO_DEEP} {MAX_DEPTH}")));
         }
-        Ok(StrictValue { depth: self.depth + 1 })
+        Ok(StrictValue {
+            depth: self.depth + 1,
+        })
     }
 }
 
@@ -134,7 +161,10 @@ impl<'de> Visitor<'de> for StrictValue {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
-                return Err(de::Error::custom(format!("{DUPLICATE} {:?}", key.escape_debug().to_string())));
+                return Err(de::Error::custom(format!(
+                    "{DUPLICATE} {:?}",
+                    key.escape_debug().to_string()
+                )));
             }
             let value = map.next_value_seed(StrictValue { depth: inner.depth })?;
             out.insert(key, value);
@@ -163,25 +193,50 @@ mod tests {
 
     #[test]
     fn refuses_duplicates_at_any_level() {
-        assert_eq!(refused(br#"{"tool":"a","tool":"b","args":{}}"#), "call_duplicate_key");
-        assert_eq!(refused(br#"{"tool":"a","args":{"url":"x","url":"y"}}"#), "call_duplicate_key");
-        assert_eq!(refused(br#"{"tool":"a","args":{"h":[{"k":1,"k":2}]}}"#), "call_duplicate_key");
+        assert_eq!(
+            refused(br#"{"tool":"a","tool":"b","args":{}}"#),
+            "call_duplicate_key"
+        );
+        assert_eq!(
+            refused(br#"{"tool":"a","args":{"url":"x","url":"y"}}"#),
+            "call_duplicate_key"
+        );
+        assert_eq!(
+            refused(br#"{"tool":"a","args":{"h":[{"k":1,"k":2}]}}"#),
+            "call_duplicate_key"
+        );
         // An escaped spelling of the same key is the same key.
-        assert_eq!(refused(br#"{"tool":"a","args":{"url":"x","\u0075rl":"y"}}"#), "call_duplicate_key");
+        assert_eq!(
+            refused(br#"{"tool":"a","args":{"url":"x","\u0075rl":"y"}}"#),
+            "call_duplicate_key"
+        );
     }
 
     #[test]
     fn refuses_depth_size_and_shapes() {
-        let deep = format!("{{\"tool\":\"a\",\"args\":{{\"x\":{}{}}}}}", "[".repeat(40), "]".repeat(40));
+        let deep = format!(
+            "{{\"tool\":\"a\",\"args\":{{\"x\":{}{}}}}}",
+            "[".repeat(40),
+            "]".repeat(40)
+        );
         assert_eq!(refused(deep.as_bytes()), "call_too_deep");
-        let big = format!("{{\"tool\":\"a\",\"args\":{{\"x\":\"{}\"}}}}", "a".repeat(MAX_CALL_BYTES));
+        let big = format!(
+            "{{\"tool\":\"a\",\"args\":{{\"x\":\"{}\"}}}}",
+            "a".repeat(MAX_CALL_BYTES)
+        );
         assert_eq!(refused(big.as_bytes()), "call_too_large");
         assert_eq!(refused(b"\xff"), "call_not_utf8");
         assert_eq!(refused(b"{"), "call_not_json");
         assert_eq!(refused(b"[]"), "call_not_object");
         assert_eq!(refused(br#"{"tool":1,"args":{}}"#), "tool_not_string");
         assert_eq!(refused(br#"{"tool":"a","args":[]}"#), "args_not_object");
-        assert_eq!(refused(br#"{"tool":"a","args":{},"x":1}"#), "call_unknown_field");
-        assert_eq!(refused(br#"{"tool":"a","args":{}} trailing"#), "call_not_json");
+        assert_eq!(
+            refused(br#"{"tool":"a","args":{},"x":1}"#),
+            "call_unknown_field"
+        );
+        assert_eq!(
+            refused(br#"{"tool":"a","args":{}} trailing"#),
+            "call_not_json"
+        );
     }
 }

@@ -69,7 +69,10 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            names: ToolKind::ALL.iter().map(|k| (k.name().to_owned(), *k)).collect(),
+            names: ToolKind::ALL
+                .iter()
+                .map(|k| (k.name().to_owned(), *k))
+                .collect(),
         }
     }
 }

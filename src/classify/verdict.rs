@@ -29,17 +29,29 @@ pub struct Verdict {
 impl Verdict {
     /// A stay verdict.
     pub fn stay(code: &'static str, reason: impl Into<String>) -> Self {
-        Self { kind: VerdictKind::Stay, code, reason: reason.into() }
+        Self {
+            kind: VerdictKind::Stay,
+            code,
+            reason: reason.into(),
+        }
     }
 
     /// A drop verdict.
     pub fn drop(code: &'static str, reason: impl Into<String>) -> Self {
-        Self { kind: VerdictKind::Drop, code, reason: reason.into() }
+        Self {
+            kind: VerdictKind::Drop,
+            code,
+            reason: reason.into(),
+        }
     }
 
     /// A refuse verdict.
     pub fn refuse(code: &'static str, reason: impl Into<String>) -> Self {
-        Self { kind: VerdictKind::Refuse, code, reason: reason.into() }
+        Self {
+            kind: VerdictKind::Refuse,
+            code,
+            reason: reason.into(),
+        }
     }
 
     /// Which way it went.

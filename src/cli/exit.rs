@@ -37,7 +37,10 @@ pub struct CliError {
 impl CliError {
     /// A failure with an explicit code.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Self { message: message.into(), code }
+        Self {
+            message: message.into(),
+            code,
+        }
     }
 
     /// A usage error.

@@ -173,12 +173,26 @@ pub fn main(cli: Cli) -> i32 {
         Some(p) => Launcher::at(p),
         None => match Launcher::beside_current_exe() {
             Ok(l) => l,
-            Err(e) => return fail(CliError::new(exit::FAILED, format!("cannot find tono-launch: {e}"))),
+            Err(e) => {
+                return fail(CliError::new(
+                    exit::FAILED,
+                    format!("cannot find tono-launch: {e}"),
+                ))
+            }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
-        Err(e) => return fail(CliError::new(exit::FAILED, format!("cannot start the runtime: {e}"))),
+        Err(e) => {
+            return fail(CliError::new(
+                exit::FAILED,
+                format!("cannot start the runtime: {e}"),
+            ))
+        }
     };
     match runtime.block_on(dispatch(cli.command, &launcher)) {
         Ok(code) => code,
@@ -235,7 +249,14 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
     match command {
         Command::Keygen { user, force, json } => {
             let user = simple(&user)?;
-            let v = keys_op(launcher, &user, KeysOp::Keygen { force }, Input::Null, capture).await?;
+            let v = keys_op(
+                launcher,
+                &user,
+                KeysOp::Keygen { force },
+                Input::Null,
+                capture,
+            )
+            .await?;
             if json.json {
                 print_json(&v)?;
             } else {
@@ -256,25 +277,53 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             }
             Ok(exit::OK)
         }
-        Command::Seal { user, name, allow_empty, json } => {
+        Command::Seal {
+            user,
+            name,
+            allow_empty,
+            json,
+        } => {
             let user = simple(&user)?;
             crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
-            let v = keys_op(launcher, &user, KeysOp::Seal { name, allow_empty }, Input::Inherit, capture).await?;
+            let v = keys_op(
+                launcher,
+                &user,
+                KeysOp::Seal { name, allow_empty },
+                Input::Inherit,
+                capture,
+            )
+            .await?;
             if json.json {
                 print_json(&v)?;
             } else {
-                println!("sealed {} for {} ({} bytes)", v["sealed"].as_str().unwrap_or_default(), user.name, v["value_bytes"]);
+                println!(
+                    "sealed {} for {} ({} bytes)",
+                    v["sealed"].as_str().unwrap_or_default(),
+                    user.name,
+                    v["value_bytes"]
+                );
             }
             Ok(exit::OK)
         }
         Command::Import { user, name, json } => {
             let user = simple(&user)?;
             crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
-            let v = keys_op(launcher, &user, KeysOp::Import { name }, Input::Inherit, capture).await?;
+            let v = keys_op(
+                launcher,
+                &user,
+                KeysOp::Import { name },
+                Input::Inherit,
+                capture,
+            )
+            .await?;
             if json.json {
                 print_json(&v)?;
             } else {
-                println!("imported {} for {}", v["imported"].as_str().unwrap_or_default(), user.name);
+                println!(
+                    "imported {} for {}",
+                    v["imported"].as_str().unwrap_or_default(),
+                    user.name
+                );
             }
             Ok(exit::OK)
         }
@@ -292,7 +341,14 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         }
         Command::Remove { user, name, json } => {
             let user = simple(&user)?;
-            let v = keys_op(launcher, &user, KeysOp::Remove { name }, Input::Null, capture).await?;
+            let v = keys_op(
+                launcher,
+                &user,
+                KeysOp::Remove { name },
+                Input::Null,
+                capture,
+            )
+            .await?;
             if json.json {
                 print_json(&v)?;
             } else {
@@ -307,16 +363,32 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 print_json(&v)?;
             } else {
                 println!("{}", v["recipient"].as_str().unwrap_or_default());
-                eprintln!("tono-seal: rotated; {} secret(s) re-sealed to the new key", v["resealed"]);
+                eprintln!(
+                    "tono-seal: rotated; {} secret(s) re-sealed to the new key",
+                    v["resealed"]
+                );
             }
             Ok(exit::OK)
         }
         Command::Reveal { user, name } => {
             let user = simple(&user)?;
-            keys_op(launcher, &user, KeysOp::Reveal { name }, Input::Null, Output::Inherit).await?;
+            keys_op(
+                launcher,
+                &user,
+                KeysOp::Reveal { name },
+                Input::Null,
+                Output::Inherit,
+            )
+            .await?;
             Ok(exit::OK)
         }
-        Command::Run { user, secrets, cwd, timeout, argv } => {
+        Command::Run {
+            user,
+            secrets,
+            cwd,
+            timeout,
+            argv,
+        } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
             let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
@@ -333,32 +405,71 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 ..RunOptions::default()
             };
             let policy = Policy::default();
-            let outcome = drop_and_run(&DropRequest { launcher, policy: &policy, user: &user, grants: &grants, call: &call, options }).await;
+            let outcome = drop_and_run(&DropRequest {
+                launcher,
+                policy: &policy,
+                user: &user,
+                grants: &grants,
+                call: &call,
+                options,
+            })
+            .await;
             run_exit_code(&outcome)
         }
-        Command::Call { user, secrets, timeout } => {
+        Command::Call {
+            user,
+            secrets,
+            timeout,
+        } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
             let mut call = Vec::new();
             std::io::Read::read_to_end(
-                &mut std::io::Read::take(std::io::stdin().lock(), crate::classify::MAX_CALL_BYTES as u64 + 1),
+                &mut std::io::Read::take(
+                    std::io::stdin().lock(),
+                    crate::classify::MAX_CALL_BYTES as u64 + 1,
+                ),
                 &mut call,
             )
-                .map_err(|e| CliError::new(exit::FAILED, format!("reading the call from stdin: {e}")))?;
-            let options = RunOptions { timeout: Duration::from_secs(timeout), max_output: DEFAULT_MAX_OUTPUT, ..RunOptions::default() };
+            .map_err(|e| {
+                CliError::new(exit::FAILED, format!("reading the call from stdin: {e}"))
+            })?;
+            let options = RunOptions {
+                timeout: Duration::from_secs(timeout),
+                max_output: DEFAULT_MAX_OUTPUT,
+                ..RunOptions::default()
+            };
             let policy = Policy::default();
-            let outcome = drop_and_run(&DropRequest { launcher, policy: &policy, user: &user, grants: &grants, call: &call, options }).await;
+            let outcome = drop_and_run(&DropRequest {
+                launcher,
+                policy: &policy,
+                user: &user,
+                grants: &grants,
+                call: &call,
+                options,
+            })
+            .await;
             print_json(&serde_json::to_value(&outcome).unwrap_or(Value::Null))?;
-            Ok(if outcome.succeeded() { exit::OK } else { exit::FAILED })
+            Ok(if outcome.succeeded() {
+                exit::OK
+            } else {
+                exit::FAILED
+            })
         }
-        Command::Serve { stdio: _, concurrency } => serve::serve_stdio(launcher, concurrency.max(1)).await,
+        Command::Serve {
+            stdio: _,
+            concurrency,
+        } => serve::serve_stdio(launcher, concurrency.max(1)).await,
         Command::Demo => demo::demo(launcher).await,
     }
 }
 
 /// Parses `--secret` grants.
 pub fn parse_grants(specs: &[String]) -> Result<Vec<SecretGrant>, CliError> {
-    specs.iter().map(|s| SecretGrant::parse(s).map_err(CliError::usage)).collect()
+    specs
+        .iter()
+        .map(|s| SecretGrant::parse(s).map_err(CliError::usage))
+        .collect()
 }
 
 /// `run`'s exit code: the program's own, 128+signal, or the launch error's.
@@ -370,7 +481,10 @@ fn run_exit_code(outcome: &Outcome) -> Result<i32, CliError> {
         return Err(CliError::usage(format!("refused: {}", outcome.reason)));
     }
     if outcome.timed_out {
-        return Err(CliError::new(exit::FAILED, "the program timed out and was killed"));
+        return Err(CliError::new(
+            exit::FAILED,
+            "the program timed out and was killed",
+        ));
     }
     match (outcome.exit_code, outcome.signal) {
         (Some(code), _) => Ok(code),

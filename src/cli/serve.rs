@@ -46,15 +46,26 @@ pub async fn handle_line(launcher: &Launcher, policy: &Policy, line: &[u8]) -> V
         Ok(r) => r,
         Err(e) => {
             // Echo the id if the line is JSON with one.
-            let id = serde_json::from_slice::<Value>(line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(Value::Null);
-            return error_line(id, "request_invalid", format!("the request line is not valid: {e}"));
+            let id = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(Value::Null);
+            return error_line(
+                id,
+                "request_invalid",
+                format!("the request line is not valid: {e}"),
+            );
         }
     };
     let user = match TargetUser::resolve(&request.user) {
         Ok(u) => u,
         Err(e) => return error_line(request.id, e.code(), e.to_string()),
     };
-    let grants: Result<Vec<SecretGrant>, String> = request.secrets.iter().map(|s| SecretGrant::parse(s)).collect();
+    let grants: Result<Vec<SecretGrant>, String> = request
+        .secrets
+        .iter()
+        .map(|s| SecretGrant::parse(s))
+        .collect();
     let grants = match grants {
         Ok(g) => g,
         Err(e) => return error_line(request.id, "secret_grant_invalid", e),
@@ -73,13 +84,22 @@ pub async fn handle_line(launcher: &Launcher, policy: &Policy, line: &[u8]) -> V
 
 /// Reads one line of at most `cap` bytes; an oversize line is consumed to its
 /// end and reported as `Err(())`.
-async fn read_line<R: AsyncBufReadExt + Unpin>(reader: &mut R, cap: usize) -> std::io::Result<Option<Result<Vec<u8>, ()>>> {
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    reader: &mut R,
+    cap: usize,
+) -> std::io::Result<Option<Result<Vec<u8>, ()>>> {
     let mut line = Vec::new();
     let mut oversize = false;
     loop {
         let chunk = reader.fill_buf().await?;
         if chunk.is_empty() {
-            return Ok(if line.is_empty() && !oversize { None } else if oversize { Some(Err(())) } else { Some(Ok(line)) });
+            return Ok(if line.is_empty() && !oversize {
+                None
+            } else if oversize {
+                Some(Err(()))
+            } else {
+                Some(Ok(line))
+            });
         }
         let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
@@ -125,13 +145,20 @@ pub async fn serve_stdio(launcher: &Launcher, concurrency: usize) -> Result<i32,
         let line = match line {
             None => break,
             Some(Err(())) => {
-                let _ = tx.send(error_line(Value::Null, "request_too_large", format!("the request line is over {MAX_LINE_BYTES} bytes")));
+                let _ = tx.send(error_line(
+                    Value::Null,
+                    "request_too_large",
+                    format!("the request line is over {MAX_LINE_BYTES} bytes"),
+                ));
                 continue;
             }
             Some(Ok(line)) if line.iter().all(u8::is_ascii_whitespace) => continue,
             Some(Ok(line)) => line,
         };
-        let permit = Arc::clone(&permits).acquire_owned().await.map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+        let permit = Arc::clone(&permits)
+            .acquire_owned()
+            .await
+            .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
         let (launcher, policy, tx) = (Arc::clone(&launcher), Arc::clone(&policy), tx.clone());
         tokio::spawn(async move {
             let answer = handle_line(&launcher, &policy, &line).await;

@@ -48,11 +48,16 @@ pub fn keys(store: &KeyStore, op: &KeysOp) -> Result<Value, LaunchError> {
     match op {
         KeysOp::Keygen { force } => Ok(to_json(&store.keygen(*force).map_err(op_error)?)),
         KeysOp::Recipient => Ok(json!({ "recipient": store.recipient().map_err(op_error)? })),
-        KeysOp::Seal { name: n, allow_empty } => {
+        KeysOp::Seal {
+            name: n,
+            allow_empty,
+        } => {
             let n = name(n)?;
             let mut stdin = raw_stdio(io::stdin().as_fd())?;
             let value = read_bounded(&mut stdin, MAX_SECRET_BYTES).map_err(|e| match e.kind() {
-                io::ErrorKind::FileTooLarge => op_error(KeysError::ValueTooLarge { cap: MAX_SECRET_BYTES }),
+                io::ErrorKind::FileTooLarge => op_error(KeysError::ValueTooLarge {
+                    cap: MAX_SECRET_BYTES,
+                }),
                 _ => io_error("stdin_unreadable", "reading the value from stdin".into(), e),
             })?;
             if value.is_empty() && !allow_empty {
@@ -64,12 +69,17 @@ pub fn keys(store: &KeyStore, op: &KeysOp) -> Result<Value, LaunchError> {
         KeysOp::Import { name: n } => {
             let n = name(n)?;
             let mut stdin = raw_stdio(io::stdin().as_fd())?;
-            let sealed = read_bounded(&mut stdin, MAX_SEALED_BYTES).map_err(|e| match e.kind() {
-                io::ErrorKind::FileTooLarge => op_error(KeysError::ImportRejected {
-                    reason: format!("it is over the {MAX_SEALED_BYTES}-byte cap"),
-                }),
-                _ => io_error("stdin_unreadable", "reading the age file from stdin".into(), e),
-            })?;
+            let sealed =
+                read_bounded(&mut stdin, MAX_SEALED_BYTES).map_err(|e| match e.kind() {
+                    io::ErrorKind::FileTooLarge => op_error(KeysError::ImportRejected {
+                        reason: format!("it is over the {MAX_SEALED_BYTES}-byte cap"),
+                    }),
+                    _ => io_error(
+                        "stdin_unreadable",
+                        "reading the age file from stdin".into(),
+                        e,
+                    ),
+                })?;
             store.import(&n, &sealed).map_err(op_error)?;
             Ok(json!({ "imported": n.as_str(), "sealed_bytes": sealed.len() }))
         }
@@ -97,7 +107,8 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
     match op {
         FileOp::Read { path, max_bytes } => {
             let shown = path.display().to_string();
-            let mut file = File::open(path).map_err(|e| io_error("read_failed", format!("open {shown}"), e))?;
+            let mut file = File::open(path)
+                .map_err(|e| io_error("read_failed", format!("open {shown}"), e))?;
             let mut stdout = raw_stdio(io::stdout().as_fd())?;
             let copied = io::copy(&mut (&mut file).take(*max_bytes), &mut stdout)
                 .map_err(|e| io_error("read_failed", format!("read {shown}"), e))?;
@@ -107,7 +118,8 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
         }
         FileOp::Write { path, content } => {
             let shown = path.display().to_string();
-            fs::write(path, content.as_bytes()).map_err(|e| io_error("write_failed", format!("write {shown}"), e))?;
+            fs::write(path, content.as_bytes())
+                .map_err(|e| io_error("write_failed", format!("write {shown}"), e))?;
             Ok(json!({ "path": shown, "bytes": content.len() }))
         }
         FileOp::ListDir { path } => {
@@ -138,7 +150,8 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
         }
         FileOp::Delete { path } => {
             let shown = path.display().to_string();
-            fs::remove_file(path).map_err(|e| io_error("delete_failed", format!("delete {shown}"), e))?;
+            fs::remove_file(path)
+                .map_err(|e| io_error("delete_failed", format!("delete {shown}"), e))?;
             Ok(json!({ "deleted": shown }))
         }
     }

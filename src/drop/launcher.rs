@@ -89,14 +89,18 @@ fn read_plan() -> Result<LaunchPlan, LaunchError> {
     let bytes = read_bounded(&mut fd, MAX_PLAN_BYTES)
         .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
     drop(fd);
-    serde_json::from_slice(&bytes).map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))
 }
 
 /// Checks the plan against the passwd file: the target must exist, not be
 /// root, and have exactly the plan's uid, gid and home.
 fn check_target(plan: &LaunchPlan) -> Result<(), LaunchError> {
     if plan.uid == 0 || plan.gid == 0 {
-        return Err(plan_error("target_root", "uid 0 and gid 0 are never targets".into()));
+        return Err(plan_error(
+            "target_root",
+            "uid 0 and gid 0 are never targets".into(),
+        ));
     }
     let spec = UserSpec::parse(&plan.user).map_err(|e| plan_error(e.code(), e.to_string()))?;
     let entry = TargetUser::lookup(&spec).map_err(|e| plan_error(e.code(), e.to_string()))?;
@@ -124,13 +128,21 @@ fn drop_error(what: &str) -> impl FnOnce(Errno) -> LaunchError + '_ {
 /// Steps 1 and 2: as root, syscalls only, then the proof.
 fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(LaunchError::new(Stage::Drop, "launcher_not_root", "tono-launch must be started as root"));
+        return Err(LaunchError::new(
+            Stage::Drop,
+            "launcher_not_root",
+            "tono-launch must be started as root",
+        ));
     }
     let parent = nix::unistd::getppid();
     nix::unistd::setsid().map_err(drop_error("setsid"))?;
     setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(drop_error("setrlimit(RLIMIT_CORE)"))?;
-    setrlimit(Resource::RLIMIT_NOFILE, plan.limits.nofile, plan.limits.nofile)
-        .map_err(drop_error("setrlimit(RLIMIT_NOFILE)"))?;
+    setrlimit(
+        Resource::RLIMIT_NOFILE,
+        plan.limits.nofile,
+        plan.limits.nofile,
+    )
+    .map_err(drop_error("setrlimit(RLIMIT_NOFILE)"))?;
     setrlimit(Resource::RLIMIT_NPROC, plan.limits.nproc, plan.limits.nproc)
         .map_err(drop_error("setrlimit(RLIMIT_NPROC)"))?;
     let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
@@ -141,7 +153,11 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(drop_error("prctl(PR_SET_PDEATHSIG)"))?;
     if nix::unistd::getppid() != parent {
-        return Err(LaunchError::new(Stage::Drop, "worker_gone", "the worker exited during the launch"));
+        return Err(LaunchError::new(
+            Stage::Drop,
+            "worker_gone",
+            "the worker exited during the launch",
+        ));
     }
     verify_dropped(plan.uid, plan.gid)
 }
@@ -149,8 +165,11 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
 fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
     let plan = read_plan()?;
     sys::close_fds_from(sys::STATUS_FD as u32 + 1).map_err(drop_error("close_range"))?;
-    nix::fcntl::fcntl(sys::STATUS_FD, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
-        .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
+    nix::fcntl::fcntl(
+        sys::STATUS_FD,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
     check_target(&plan)?;
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
@@ -170,19 +189,33 @@ fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
 fn enter_folder(folder: &Path, home: &Path) -> Result<(), LaunchError> {
     let exec_error = |code: &str, message: String| LaunchError::new(Stage::Exec, code, message);
     if !folder.is_absolute() {
-        return Err(exec_error("cwd_invalid", format!("the working folder {} is not absolute", folder.display())));
+        return Err(exec_error(
+            "cwd_invalid",
+            format!("the working folder {} is not absolute", folder.display()),
+        ));
     }
     if folder.starts_with("/proc") {
-        return Err(exec_error("cwd_invalid", "a working folder under /proc is refused".into()));
+        return Err(exec_error(
+            "cwd_invalid",
+            "a working folder under /proc is refused".into(),
+        ));
     }
     nix::unistd::chdir(folder).map_err(|e| {
-        let code = if folder == home { "home_missing" } else { "cwd_unusable" };
+        let code = if folder == home {
+            "home_missing"
+        } else {
+            "cwd_unusable"
+        };
         LaunchError::sys(Stage::Exec, code, &format!("chdir {}", folder.display()), e)
     })
 }
 
 /// Step 3 for a program: unseal, build the environment, exec.
-fn exec_program(plan: &LaunchPlan, exec: &ExecPlan, status: &mut File) -> Result<Infallible, LaunchError> {
+fn exec_program(
+    plan: &LaunchPlan,
+    exec: &ExecPlan,
+    status: &mut File,
+) -> Result<Infallible, LaunchError> {
     let bad = |code: &str, message: String| LaunchError::new(Stage::Plan, code, message);
     if exec.argv.is_empty() {
         return Err(bad("argv_empty", "the program's argv is empty".into()));
@@ -190,27 +223,42 @@ fn exec_program(plan: &LaunchPlan, exec: &ExecPlan, status: &mut File) -> Result
     let argv: Vec<CString> = exec
         .argv
         .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| bad("argv_nul", "an argument holds a NUL byte".into())))
+        .map(|a| {
+            CString::new(a.as_bytes())
+                .map_err(|_| bad("argv_nul", "an argument holds a NUL byte".into()))
+        })
         .collect::<Result<_, _>>()?;
     let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
     for (name, value) in &exec.env {
         valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
         if exec.secrets.iter().any(|s| &s.env == name) {
-            return Err(bad("env_conflict", format!("{name} is both a plain variable and a secret's")));
+            return Err(bad(
+                "env_conflict",
+                format!("{name} is both a plain variable and a secret's"),
+            ));
         }
-        let entry = CString::new(format!("{name}={value}"))
-            .map_err(|_| bad("env_invalid", format!("the value of {name} holds a NUL byte")))?;
+        let entry = CString::new(format!("{name}={value}")).map_err(|_| {
+            bad(
+                "env_invalid",
+                format!("the value of {name} holds a NUL byte"),
+            )
+        })?;
         envp.push(Zeroizing::new(entry));
     }
     if !exec.secrets.is_empty() {
         let store = KeyStore::in_home(&plan.home);
-        let unseal_error = |e: crate::keys::KeysError| LaunchError::new(Stage::Unseal, e.code(), e.to_string());
+        let unseal_error =
+            |e: crate::keys::KeysError| LaunchError::new(Stage::Unseal, e.code(), e.to_string());
         let ids = store.identities().map_err(unseal_error)?;
         for binding in &exec.secrets {
             valid_env_name(&binding.env).map_err(|m| bad("env_invalid", m))?;
             let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
             let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
-            envp.push(secret_entry(&binding.env, secrecy::ExposeSecret::expose_secret(&plain), &name)?);
+            envp.push(secret_entry(
+                &binding.env,
+                secrecy::ExposeSecret::expose_secret(&plain),
+                &name,
+            )?);
         }
         drop(ids);
     }
@@ -226,11 +274,20 @@ fn exec_program(plan: &LaunchPlan, exec: &ExecPlan, status: &mut File) -> Result
     };
     drop(env_refs);
     drop(envp); // wipes every unsealed value
-    Err(LaunchError::sys(Stage::Exec, "exec_failed", &format!("execve {}", exec.argv[0]), errno))
+    Err(LaunchError::sys(
+        Stage::Exec,
+        "exec_failed",
+        &format!("execve {}", exec.argv[0]),
+        errno,
+    ))
 }
 
 /// `NAME=value\0` for a secret, built in one allocation that is wiped.
-fn secret_entry(env: &str, value: &[u8], name: &SecretName) -> Result<Zeroizing<CString>, LaunchError> {
+fn secret_entry(
+    env: &str,
+    value: &[u8],
+    name: &SecretName,
+) -> Result<Zeroizing<CString>, LaunchError> {
     if value.contains(&0) {
         return Err(LaunchError::new(
             Stage::Unseal,
@@ -247,7 +304,11 @@ fn secret_entry(env: &str, value: &[u8], name: &SecretName) -> Result<Zeroizing<
         Ok(c) => Ok(Zeroizing::new(c)),
         Err(e) => {
             e.into_bytes().zeroize();
-            Err(LaunchError::new(Stage::Unseal, "secret_has_nul", format!("secret {name} holds a NUL byte")))
+            Err(LaunchError::new(
+                Stage::Unseal,
+                "secret_has_nul",
+                format!("secret {name} holds a NUL byte"),
+            ))
         }
     }
 }
@@ -255,7 +316,10 @@ fn secret_entry(env: &str, value: &[u8], name: &SecretName) -> Result<Zeroizing<
 /// Environment variable names: non-empty, no `=`, no NUL.
 pub fn valid_env_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(format!("{:?} is not a valid environment variable name", name.escape_debug().to_string()));
+        return Err(format!(
+            "{:?} is not a valid environment variable name",
+            name.escape_debug().to_string()
+        ));
     }
     Ok(())
 }
@@ -264,17 +328,25 @@ pub fn valid_env_name(name: &str) -> Result<(), String> {
 fn find_program(argv0: &str, env: &[(String, String)]) -> Result<CString, LaunchError> {
     let not_found = |m: String| LaunchError::new(Stage::Exec, "program_not_found", m);
     let to_c = |p: &Path| {
-        CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| not_found("the program path holds a NUL byte".into()))
+        CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| not_found("the program path holds a NUL byte".into()))
     };
     if argv0.contains('/') {
         return to_c(Path::new(argv0));
     }
-    let path = env.iter().find(|(k, _)| k == "PATH").map_or(FALLBACK_PATH, |(_, v)| v.as_str());
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(FALLBACK_PATH, |(_, v)| v.as_str());
     for dir in path.split(':').filter(|d| d.starts_with('/')) {
         let candidate = PathBuf::from(dir).join(argv0);
-        if nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok() && candidate.is_file() {
+        if nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok()
+            && candidate.is_file()
+        {
             return to_c(&candidate);
         }
     }
-    Err(not_found(format!("{argv0:?} is not an executable in PATH {path}")))
+    Err(not_found(format!(
+        "{argv0:?} is not an executable in PATH {path}"
+    )))
 }

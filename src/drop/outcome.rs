@@ -73,7 +73,12 @@ impl Outcome {
     }
 
     /// Builds the outcome of a finished launch.
-    pub fn from_finished(verdict: &Verdict, tool: Option<String>, user: (&str, u32), done: Finished) -> Self {
+    pub fn from_finished(
+        verdict: &Verdict,
+        tool: Option<String>,
+        user: (&str, u32),
+        done: Finished,
+    ) -> Self {
         let mut out = Self::not_run(verdict, tool, None);
         out.user = Some(user.0.to_owned());
         out.uid = Some(user.1);
@@ -108,7 +113,9 @@ impl Outcome {
                 out.launch_error = Some(LaunchError::new(
                     Stage::Launcher,
                     "launcher_died",
-                    format!("the launcher exited without a report (status {code:?}, signal {signal:?})"),
+                    format!(
+                        "the launcher exited without a report (status {code:?}, signal {signal:?})"
+                    ),
                 ));
             }
         }

@@ -131,7 +131,13 @@ mod tests {
         bytes.extend(serde_json::to_vec(&StatusMessage::Error(err.clone())).unwrap());
         assert_eq!(StatusReport::decode(&bytes), StatusReport::Failed(err));
         let ok = serde_json::to_vec(&StatusMessage::Ok(serde_json::json!({"n": 1}))).unwrap();
-        assert_eq!(StatusReport::decode(&ok), StatusReport::Done(serde_json::json!({"n": 1})));
-        assert!(matches!(StatusReport::decode(b"junk"), StatusReport::Failed(_)));
+        assert_eq!(
+            StatusReport::decode(&ok),
+            StatusReport::Done(serde_json::json!({"n": 1}))
+        );
+        assert!(matches!(
+            StatusReport::decode(b"junk"),
+            StatusReport::Failed(_)
+        ));
     }
 }

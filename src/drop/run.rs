@@ -44,7 +44,10 @@ impl SecretGrant {
         let (name, env) = spec.split_once('=').unwrap_or((spec, spec));
         let name = SecretName::parse(name).map_err(|e| e.to_string())?;
         super::launcher::valid_env_name(env)?;
-        Ok(Self { name, env: env.to_owned() })
+        Ok(Self {
+            name,
+            env: env.to_owned(),
+        })
     }
 }
 
@@ -158,58 +161,121 @@ fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretB
             grants
                 .iter()
                 .find(|g| g.name.as_str() == name)
-                .map(|g| SecretBinding { name: g.name.to_string(), env: g.env.clone() })
+                .map(|g| SecretBinding {
+                    name: g.name.to_string(),
+                    env: g.env.clone(),
+                })
                 .ok_or_else(|| {
-                    Verdict::refuse("secret_not_granted", format!("the call asks for secret {name:?}, which this turn does not allow"))
+                    Verdict::refuse(
+                        "secret_not_granted",
+                        format!(
+                            "the call asks for secret {name:?}, which this turn does not allow"
+                        ),
+                    )
                 })
         })
         .collect()
 }
 
-fn prepare(kind: ToolKind, call: &ToolCall, user: &TargetUser, grants: &[SecretGrant]) -> Result<Prepared, Verdict> {
+fn prepare(
+    kind: ToolKind,
+    call: &ToolCall,
+    user: &TargetUser,
+    grants: &[SecretGrant],
+) -> Result<Prepared, Verdict> {
     let env = || EnvBuilder::for_user(user).build();
     let ms = |t: Option<u64>| t.map(Duration::from_millis);
-    let exec = |argv, cwd, secrets| Action::Exec(ExecPlan { argv, cwd, env: env(), secrets });
+    let exec = |argv, cwd, secrets| {
+        Action::Exec(ExecPlan {
+            argv,
+            cwd,
+            env: env(),
+            secrets,
+        })
+    };
     Ok(match kind {
         ToolKind::Shell => {
             let a: ShellArgs = args(call)?;
             let secrets = bind_secrets(&a.secrets, grants)?;
             Prepared {
-                action: exec(vec!["/bin/sh".into(), "-c".into(), a.command], a.cwd, secrets),
+                action: exec(
+                    vec!["/bin/sh".into(), "-c".into(), a.command],
+                    a.cwd,
+                    secrets,
+                ),
                 timeout: ms(a.timeout_ms),
             }
         }
         ToolKind::Spawn => {
             let a: SpawnArgs = args(call)?;
             if a.argv.is_empty() {
-                return Err(Verdict::refuse("args_invalid", "spawn needs a non-empty argv"));
+                return Err(Verdict::refuse(
+                    "args_invalid",
+                    "spawn needs a non-empty argv",
+                ));
             }
             let secrets = bind_secrets(&a.secrets, grants)?;
-            Prepared { action: exec(a.argv, a.cwd, secrets), timeout: ms(a.timeout_ms) }
+            Prepared {
+                action: exec(a.argv, a.cwd, secrets),
+                timeout: ms(a.timeout_ms),
+            }
         }
         ToolKind::ReadFile => {
             let a: ReadArgs = args(call)?;
-            let op = FileOp::Read { path: a.path, max_bytes: a.max_bytes.unwrap_or(DEFAULT_READ_MAX) };
-            Prepared { action: Action::File { op }, timeout: None }
+            let op = FileOp::Read {
+                path: a.path,
+                max_bytes: a.max_bytes.unwrap_or(DEFAULT_READ_MAX),
+            };
+            Prepared {
+                action: Action::File { op },
+                timeout: None,
+            }
         }
         ToolKind::WriteFile => {
             let a: WriteArgs = args(call)?;
-            Prepared { action: Action::File { op: FileOp::Write { path: a.path, content: a.content } }, timeout: None }
+            Prepared {
+                action: Action::File {
+                    op: FileOp::Write {
+                        path: a.path,
+                        content: a.content,
+                    },
+                },
+                timeout: None,
+            }
         }
         ToolKind::ListDir => {
             let a: PathArgs = args(call)?;
-            Prepared { action: Action::File { op: FileOp::ListDir { path: a.path } }, timeout: None }
+            Prepared {
+                action: Action::File {
+                    op: FileOp::ListDir { path: a.path },
+                },
+                timeout: None,
+            }
         }
         ToolKind::DeleteFile => {
             let a: PathArgs = args(call)?;
-            Prepared { action: Action::File { op: FileOp::Delete { path: a.path } }, timeout: None }
+            Prepared {
+                action: Action::File {
+                    op: FileOp::Delete { path: a.path },
+                },
+                timeout: None,
+            }
         }
         ToolKind::HttpGet | ToolKind::HttpHead => {
             // Dropped reads run as the user with curl: the worker's network
             // position and credentials are not lent to them.
             let a: HttpArgs = args(call)?;
-            let mut argv: Vec<String> =
-                ["curl", "--silent", "--show-error", "--proto", "=http,https", "--max-redirs", "5"].map(String::from).into();
+            let mut argv: Vec<String> = [
+                "curl",
+                "--silent",
+                "--show-error",
+                "--proto",
+                "=http,https",
+                "--max-redirs",
+                "5",
+            ]
+            .map(String::from)
+            .into();
             if kind == ToolKind::HttpHead {
                 argv.push("--head".into());
             }
@@ -219,7 +285,10 @@ fn prepare(kind: ToolKind, call: &ToolCall, user: &TargetUser, grants: &[SecretG
             }
             argv.push("--".into());
             argv.push(a.url);
-            Prepared { action: exec(argv, None, Vec::new()), timeout: None }
+            Prepared {
+                action: exec(argv, None, Vec::new()),
+                timeout: None,
+            }
         }
     })
 }
@@ -238,7 +307,11 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         VerdictKind::Stay | VerdictKind::Drop => {}
     }
     let Some(kind) = req.policy.kind_of(&call.tool) else {
-        let error = LaunchError::new(Stage::Plan, "no_runner", format!("no program implements tool {:?}", call.tool));
+        let error = LaunchError::new(
+            Stage::Plan,
+            "no_runner",
+            format!("no program implements tool {:?}", call.tool),
+        );
         return Outcome::not_run(&verdict, tool, Some(error));
     };
     let prepared = match prepare(kind, &call, req.user, req.grants) {
@@ -253,7 +326,9 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         limits: req.options.limits,
         action: prepared.action,
     };
-    let timeout = prepared.timeout.map_or(req.options.timeout, |t| t.min(req.options.timeout));
+    let timeout = prepared
+        .timeout
+        .map_or(req.options.timeout, |t| t.min(req.options.timeout));
     let output = match req.options.output {
         Output::Capture(_) => Output::Capture(req.options.max_output),
         Output::Inherit => Output::Inherit,

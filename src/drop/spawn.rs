@@ -44,7 +44,9 @@ impl Launcher {
     /// installed `tono-seal` finds it.
     pub fn beside_current_exe() -> io::Result<Self> {
         let exe = std::env::current_exe()?;
-        let dir = exe.parent().ok_or_else(|| io::Error::other("the program has no folder"))?;
+        let dir = exe
+            .parent()
+            .ok_or_else(|| io::Error::other("the program has no folder"))?;
         Ok(Self::at(dir.join("tono-launch")))
     }
 
@@ -84,7 +86,8 @@ pub struct Captured {
 impl Captured {
     fn take(&mut self, chunk: &[u8], cap: usize) {
         let room = cap.saturating_sub(self.bytes.len());
-        self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        self.bytes
+            .extend_from_slice(&chunk[..chunk.len().min(room)]);
         if chunk.len() > room {
             self.truncated = true;
         }
@@ -175,7 +178,8 @@ pub async fn launch(
     let plan_bytes = serde_json::to_vec(plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
     let (plan_r, plan_w) = sys::pipe_above_status().map_err(|e| spawn_error("plan pipe", e))?;
-    let (status_r, status_w) = sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
+    let (status_r, status_w) =
+        sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
 
     let mut cmd = Command::new(launcher.path());
     cmd.env_clear().current_dir("/");
@@ -213,7 +217,8 @@ pub async fn launch(
         .transpose()
         .map_err(|e| spawn_error("stderr pipe", e))?;
     let mut status_rx = Some(receiver(status_r).map_err(|e| spawn_error("status pipe", e))?);
-    let mut plan_tx = Some(pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?);
+    let mut plan_tx =
+        Some(pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?);
 
     let cap = match output {
         Output::Capture(cap) => cap,
@@ -222,7 +227,8 @@ pub async fn launch(
     let mut captured_out = Captured::default();
     let mut captured_err = Captured::default();
     let mut status_bytes = Vec::new();
-    let (mut buf_out, mut buf_err, mut buf_status) = (vec![0u8; 16384], vec![0u8; 16384], [0u8; 4096]);
+    let (mut buf_out, mut buf_err, mut buf_status) =
+        (vec![0u8; 16384], vec![0u8; 16384], [0u8; 4096]);
 
     let deadline = tokio::time::Instant::from_std(started + timeout);
     let mut exit: Option<Option<ExitStatus>> = None;

@@ -42,7 +42,10 @@ pub fn take_inherited_fd(fd: RawFd) -> Option<File> {
 pub fn map_launch_fds(cmd: &mut Command, plan: &OwnedFd, status: &OwnedFd) {
     use std::os::unix::process::CommandExt;
     let (plan, status) = (plan.as_raw_fd(), status.as_raw_fd());
-    assert!(plan > STATUS_FD && status > STATUS_FD, "launch fds must be above {STATUS_FD}");
+    assert!(
+        plan > STATUS_FD && status > STATUS_FD,
+        "launch fds must be above {STATUS_FD}"
+    );
     // SAFETY: the closure runs in the child between fork and exec. It calls
     // only dup2, which is async-signal-safe, allocates nothing and takes no
     // lock; it captures two integers by value. The parent keeps `plan` and
@@ -98,7 +101,10 @@ pub fn pipe_above_status() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 fn dup_above(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    let raw = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(STATUS_FD + 1))?;
+    let raw = nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(STATUS_FD + 1),
+    )?;
     // SAFETY: F_DUPFD_CLOEXEC just returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
@@ -108,6 +114,8 @@ pub fn watch_pidfd(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedF
     // SAFETY: an `OwnedFd` is a valid open fd, it is moved into the AsyncFd
     // and so stays open and refers to the same pidfd for the AsyncFd's whole
     // lifetime, and its `as_raw_fd` always returns that same number.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)
 }

@@ -97,7 +97,9 @@ impl UserSpec {
             if digits.len() > 1 && digits.starts_with('0') {
                 return Err(bad("a uid must not have leading zeros"));
             }
-            let uid: u32 = digits.parse().map_err(|_| bad("the uid does not fit in 32 bits"))?;
+            let uid: u32 = digits
+                .parse()
+                .map_err(|_| bad("the uid does not fit in 32 bits"))?;
             if uid == 0 {
                 return Err(UserError::Root(spec.to_owned()));
             }
@@ -136,7 +138,8 @@ pub fn valid_login_name(name: &str) -> Result<(), &'static str> {
 impl TargetUser {
     /// Looks `spec` up in the system passwd file.
     pub fn lookup(spec: &UserSpec) -> Result<Self, UserError> {
-        let text = std::fs::read_to_string(PASSWD_PATH).map_err(|e| UserError::Passwd(e.to_string()))?;
+        let text =
+            std::fs::read_to_string(PASSWD_PATH).map_err(|e| UserError::Passwd(e.to_string()))?;
         Self::lookup_in(&text, spec)
     }
 
@@ -199,7 +202,17 @@ mod tests {
 
     #[test]
     fn refuses_dangerous_uid_spellings_before_lookup() {
-        for spec in ["#-1", "#4294967295", "#0", "#0x10", " #5", "#", "#+5", "#05", "#99999999999"] {
+        for spec in [
+            "#-1",
+            "#4294967295",
+            "#0",
+            "#0x10",
+            " #5",
+            "#",
+            "#+5",
+            "#05",
+            "#99999999999",
+        ] {
             assert!(UserSpec::parse(spec).is_err(), "{spec:?} must be refused");
         }
         assert!(matches!(UserSpec::parse("#0"), Err(UserError::Root(_))));
@@ -208,9 +221,15 @@ mod tests {
     #[test]
     fn refuses_root_by_name_and_gid_zero() {
         let root = UserSpec::parse("root").unwrap();
-        assert!(matches!(TargetUser::lookup_in(PASSWD, &root), Err(UserError::Root(_))));
+        assert!(matches!(
+            TargetUser::lookup_in(PASSWD, &root),
+            Err(UserError::Root(_))
+        ));
         let wheel = UserSpec::parse("wheel").unwrap();
-        assert!(matches!(TargetUser::lookup_in(PASSWD, &wheel), Err(UserError::Root(_))));
+        assert!(matches!(
+            TargetUser::lookup_in(PASSWD, &wheel),
+            Err(UserError::Root(_))
+        ));
     }
 
     #[test]

@@ -22,21 +22,33 @@ fn refuse(code: &str, message: String) -> LaunchError {
 /// Checks, by re-reading every id from the kernel, that this process is
 /// `uid`/`gid` with no way back to root.
 pub fn verify_dropped(uid: u32, gid: u32) -> Result<(), LaunchError> {
-    let r = getresuid().map_err(|e| LaunchError::sys(Stage::Verify, "getresuid_failed", "getresuid", e))?;
+    let r = getresuid()
+        .map_err(|e| LaunchError::sys(Stage::Verify, "getresuid_failed", "getresuid", e))?;
     let ids = [r.real.as_raw(), r.effective.as_raw(), r.saved.as_raw()];
     if ids != [uid; 3] {
-        return Err(refuse("uid_not_dropped", format!("uids are {ids:?}, expected {uid} thrice")));
+        return Err(refuse(
+            "uid_not_dropped",
+            format!("uids are {ids:?}, expected {uid} thrice"),
+        ));
     }
-    let g = getresgid().map_err(|e| LaunchError::sys(Stage::Verify, "getresgid_failed", "getresgid", e))?;
+    let g = getresgid()
+        .map_err(|e| LaunchError::sys(Stage::Verify, "getresgid_failed", "getresgid", e))?;
     let gids = [g.real.as_raw(), g.effective.as_raw(), g.saved.as_raw()];
     if gids != [gid; 3] {
-        return Err(refuse("gid_not_dropped", format!("gids are {gids:?}, expected {gid} thrice")));
+        return Err(refuse(
+            "gid_not_dropped",
+            format!("gids are {gids:?}, expected {gid} thrice"),
+        ));
     }
-    let groups = getgroups().map_err(|e| LaunchError::sys(Stage::Verify, "getgroups_failed", "getgroups", e))?;
+    let groups = getgroups()
+        .map_err(|e| LaunchError::sys(Stage::Verify, "getgroups_failed", "getgroups", e))?;
     if !groups.is_empty() {
         return Err(refuse(
             "groups_kept",
-            format!("supplementary groups remain: {:?}", groups.iter().map(|g| g.as_raw()).collect::<Vec<_>>()),
+            format!(
+                "supplementary groups remain: {:?}",
+                groups.iter().map(|g| g.as_raw()).collect::<Vec<_>>()
+            ),
         ));
     }
     let mut status = [0u8; 4096];
@@ -46,26 +58,49 @@ pub fn verify_dropped(uid: u32, gid: u32) -> Result<(), LaunchError> {
         Err(Errno::EPERM) => {}
         Ok(()) => {
             // We are root again: the drop is not real. Never continue.
-            return Err(refuse("root_regained", "setuid(0) succeeded after the drop".into()));
+            return Err(refuse(
+                "root_regained",
+                "setuid(0) succeeded after the drop".into(),
+            ));
         }
-        Err(e) => return Err(refuse("root_regain_unexpected", format!("setuid(0) failed with {e}, not EPERM"))),
+        Err(e) => {
+            return Err(refuse(
+                "root_regain_unexpected",
+                format!("setuid(0) failed with {e}, not EPERM"),
+            ))
+        }
     }
     match setgid(Gid::from_raw(0)) {
         Err(Errno::EPERM) => Ok(()),
-        Ok(()) => Err(refuse("root_group_regained", "setgid(0) succeeded after the drop".into())),
-        Err(e) => Err(refuse("root_group_regain_unexpected", format!("setgid(0) failed with {e}, not EPERM"))),
+        Ok(()) => Err(refuse(
+            "root_group_regained",
+            "setgid(0) succeeded after the drop".into(),
+        )),
+        Err(e) => Err(refuse(
+            "root_group_regain_unexpected",
+            format!("setgid(0) failed with {e}, not EPERM"),
+        )),
     }
 }
 
 fn read_proc_status(buf: &mut [u8; 4096]) -> Result<usize, LaunchError> {
-    let mut file = std::fs::File::open("/proc/self/status")
-        .map_err(|e| refuse("proc_unreadable", format!("cannot open /proc/self/status: {e}")))?;
+    let mut file = std::fs::File::open("/proc/self/status").map_err(|e| {
+        refuse(
+            "proc_unreadable",
+            format!("cannot open /proc/self/status: {e}"),
+        )
+    })?;
     let mut len = 0;
     loop {
         match file.read(&mut buf[len..]) {
             Ok(0) => return Ok(len),
             Ok(n) => len += n,
-            Err(e) => return Err(refuse("proc_unreadable", format!("cannot read /proc/self/status: {e}"))),
+            Err(e) => {
+                return Err(refuse(
+                    "proc_unreadable",
+                    format!("cannot read /proc/self/status: {e}"),
+                ))
+            }
         }
         if len == buf.len() {
             return Ok(len);
@@ -78,14 +113,18 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
     let text = std::str::from_utf8(text).map_err(|_| "status is not UTF-8".to_string())?;
     let mut seen = 0u8;
     for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else { continue };
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
         let value = value.trim();
         match key {
             "Uid" | "Gid" => {
                 let want = if key == "Uid" { uid } else { gid };
                 let all: Vec<&str> = value.split_whitespace().collect();
                 if all.len() != 4 || all.iter().any(|v| v.parse() != Ok(want)) {
-                    return Err(format!("{key}: is {value:?}, expected {want} in all four fields"));
+                    return Err(format!(
+                        "{key}: is {value:?}, expected {want} in all four fields"
+                    ));
                 }
                 seen |= if key == "Uid" { 1 } else { 2 };
             }
@@ -116,7 +155,9 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
         }
     }
     if seen != 0xff {
-        return Err(format!("/proc/self/status lacks fields (seen mask {seen:#04x})"));
+        return Err(format!(
+            "/proc/self/status lacks fields (seen mask {seen:#04x})"
+        ));
     }
     Ok(())
 }
@@ -150,6 +191,9 @@ mod tests {
         for text in cases {
             assert!(check_status_text(text.as_bytes(), 5, 7).is_err(), "{text}");
         }
-        assert!(check_status_text(b"Uid:\t5\t5\t5\t5\n", 5, 7).is_err(), "missing fields");
+        assert!(
+            check_status_text(b"Uid:\t5\t5\t5\t5\n", 5, 7).is_err(),
+            "missing fields"
+        );
     }
 }

@@ -65,7 +65,11 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temp left");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp left"
+        );
     }
 
     #[test]

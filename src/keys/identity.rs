@@ -58,7 +58,10 @@ pub(crate) fn read_bounded(file: &mut File, cap: usize) -> io::Result<Zeroizing<
         }
     }
     if len > cap {
-        return Err(io::Error::new(io::ErrorKind::FileTooLarge, "file is over its size cap"));
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            "file is over its size cap",
+        ));
     }
     buf.truncate(len);
     Ok(buf)
@@ -126,7 +129,10 @@ impl IdentitySet {
                 continue;
             }
             if line.starts_with("AGE-PLUGIN-") {
-                return Err(format!("line {}: plugin identities are not supported", index + 1));
+                return Err(format!(
+                    "line {}: plugin identities are not supported",
+                    index + 1
+                ));
             }
             if line.starts_with("AGE-SECRET-KEY-PQ-") {
                 return Err(format!(
@@ -134,9 +140,8 @@ impl IdentitySet {
                     index + 1
                 ));
             }
-            let key = x25519::Identity::from_str(line).map_err(|e| {
-                format!("line {}: not an X25519 identity ({e})", index + 1)
-            })?;
+            let key = x25519::Identity::from_str(line)
+                .map_err(|e| format!("line {}: not an X25519 identity ({e})", index + 1))?;
             keys.push(key);
         }
         if keys.is_empty() {

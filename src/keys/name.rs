@@ -81,7 +81,15 @@ mod tests {
 
     #[test]
     fn accepts_the_documented_alphabet() {
-        for ok in ["a", "_", "0", "API_KEY", "db.password", "x-1", &"a".repeat(128)] {
+        for ok in [
+            "a",
+            "_",
+            "0",
+            "API_KEY",
+            "db.password",
+            "x-1",
+            &"a".repeat(128),
+        ] {
             assert!(SecretName::parse(ok).is_ok(), "{ok:?} should be valid");
         }
     }
@@ -89,8 +97,21 @@ mod tests {
     #[test]
     fn refuses_paths_dots_nul_and_length() {
         for bad in [
-            "", ".", "..", ".hidden", "../x", "a/b", "/abs", "a\0b", "-x", "a b", "é",
-            &"a".repeat(129), "a\\b", "a:b", "ＡＰＩ",
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "../x",
+            "a/b",
+            "/abs",
+            "a\0b",
+            "-x",
+            "a b",
+            "é",
+            &"a".repeat(129),
+            "a\\b",
+            "a:b",
+            "ＡＰＩ",
         ] {
             assert!(SecretName::parse(bad).is_err(), "{bad:?} should be refused");
         }

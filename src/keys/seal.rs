@@ -51,7 +51,9 @@ pub fn seal(plaintext: &[u8], recipient: &age::x25519::Recipient) -> Result<Vec<
     let encryptor =
         age::Encryptor::with_recipients(recipients.into_iter()).map_err(|e| e.to_string())?;
     let mut sealed = Vec::with_capacity(plaintext.len() + 256 + plaintext.len() / 4096);
-    let mut writer = encryptor.wrap_output(&mut sealed).map_err(|e| e.to_string())?;
+    let mut writer = encryptor
+        .wrap_output(&mut sealed)
+        .map_err(|e| e.to_string())?;
     writer.write_all(plaintext).map_err(|e| e.to_string())?;
     writer.finish().map_err(|e| e.to_string())?;
     Ok(sealed)

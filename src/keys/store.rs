@@ -168,7 +168,8 @@ impl KeyStore {
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
                 let backup = self.root.join(format!("{IDENTITY_FILE}.replaced-{now}"));
-                fs::rename(&path, &backup).map_err(|e| KeysError::io("keep old identity", &path, e))?;
+                fs::rename(&path, &backup)
+                    .map_err(|e| KeysError::io("keep old identity", &path, e))?;
                 kept = Some(backup.display().to_string());
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -211,9 +212,11 @@ impl KeyStore {
             });
         }
         let ids = self.identities()?;
-        drop(seal::unseal(sealed, &ids).map_err(|e| KeysError::ImportRejected {
-            reason: e.to_string(),
-        })?);
+        drop(
+            seal::unseal(sealed, &ids).map_err(|e| KeysError::ImportRejected {
+                reason: e.to_string(),
+            })?,
+        );
         self.ensure_dirs()?;
         self.install(name, sealed)
     }
@@ -243,19 +246,27 @@ impl KeyStore {
             }
             Err(e) => return Err(KeysError::io("open secret", &path, e)),
         };
-        let meta = file.metadata().map_err(|e| KeysError::io("stat secret", &path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| KeysError::io("stat secret", &path, e))?;
         if !meta.is_file() {
             return Err(corrupt("the sealed file is not a regular file".into()));
         }
         read_bounded(&mut file, MAX_SEALED_BYTES).map_err(|e| match e.kind() {
-            io::ErrorKind::FileTooLarge => corrupt(format!("the sealed file is over {MAX_SEALED_BYTES} bytes")),
+            io::ErrorKind::FileTooLarge => {
+                corrupt(format!("the sealed file is over {MAX_SEALED_BYTES} bytes"))
+            }
             _ => KeysError::io("read secret", &path, e),
         })
     }
 
     /// Unseals `name` with `ids` (opened once by the caller for many
     /// secrets).
-    pub fn unseal_with(&self, name: &SecretName, ids: &IdentitySet) -> Result<Plaintext, KeysError> {
+    pub fn unseal_with(
+        &self,
+        name: &SecretName,
+        ids: &IdentitySet,
+    ) -> Result<Plaintext, KeysError> {
         let sealed = self.read_sealed(name)?;
         seal::unseal(&sealed, ids).map_err(|e| KeysError::SecretCorrupt {
             name: name.to_string(),
@@ -285,11 +296,15 @@ impl KeyStore {
         for entry in entries {
             let entry = entry.map_err(|e| KeysError::io("list secrets", &dir, e))?;
             let file_name = entry.file_name();
-            let Some(file_name) = file_name.to_str() else { continue };
+            let Some(file_name) = file_name.to_str() else {
+                continue;
+            };
             if file_name.starts_with(TEMP_PREFIX) {
                 continue;
             }
-            let Some(stem) = file_name.strip_suffix(".age") else { continue };
+            let Some(stem) = file_name.strip_suffix(".age") else {
+                continue;
+            };
             if SecretName::parse(stem).is_err() {
                 continue;
             }
@@ -405,7 +420,10 @@ mod tests {
     #[test]
     fn keygen_refuses_overwrite_without_force_and_keeps_old_with_force() {
         let (_home, store) = store();
-        assert!(matches!(store.keygen(false), Err(KeysError::IdentityExists { .. })));
+        assert!(matches!(
+            store.keygen(false),
+            Err(KeysError::IdentityExists { .. })
+        ));
         let report = store.keygen(true).unwrap();
         let kept = report.replaced_identity_kept_at.unwrap();
         assert!(Path::new(&kept).exists());
@@ -418,10 +436,19 @@ mod tests {
         store.seal(&name("a"), b"one").unwrap();
         let names: Vec<_> = store.list().unwrap().into_iter().map(|i| i.name).collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(store.unseal(&name("a")).unwrap().expose_secret().as_slice(), b"one");
+        assert_eq!(
+            store.unseal(&name("a")).unwrap().expose_secret().as_slice(),
+            b"one"
+        );
         store.remove(&name("a")).unwrap();
-        assert!(matches!(store.unseal(&name("a")), Err(KeysError::SecretMissing { .. })));
-        assert!(matches!(store.remove(&name("a")), Err(KeysError::SecretMissing { .. })));
+        assert!(matches!(
+            store.unseal(&name("a")),
+            Err(KeysError::SecretMissing { .. })
+        ));
+        assert!(matches!(
+            store.remove(&name("a")),
+            Err(KeysError::SecretMissing { .. })
+        ));
     }
 
     #[test]
@@ -429,8 +456,14 @@ mod tests {
         let (_home, store) = store();
         store.seal(&name("k"), b"old").unwrap();
         let big = vec![1u8; MAX_SECRET_BYTES + 1];
-        assert!(matches!(store.seal(&name("k"), &big), Err(KeysError::ValueTooLarge { .. })));
-        assert_eq!(store.unseal(&name("k")).unwrap().expose_secret().as_slice(), b"old");
+        assert!(matches!(
+            store.seal(&name("k"), &big),
+            Err(KeysError::ValueTooLarge { .. })
+        ));
+        assert_eq!(
+            store.unseal(&name("k")).unwrap().expose_secret().as_slice(),
+            b"old"
+        );
     }
 
     #[test]
@@ -438,17 +471,24 @@ mod tests {
         let (_home, store) = store();
         let other = IdentitySet::generate();
         let foreign = seal::seal(b"x", &other.recipient()).unwrap();
-        assert!(matches!(store.import(&name("f"), &foreign), Err(KeysError::ImportRejected { .. })));
+        assert!(matches!(
+            store.import(&name("f"), &foreign),
+            Err(KeysError::ImportRejected { .. })
+        ));
         assert!(store.list().unwrap().is_empty());
         let ours = seal::seal(b"y", &store.identities().unwrap().recipient()).unwrap();
         store.import(&name("f"), &ours).unwrap();
-        assert_eq!(store.unseal(&name("f")).unwrap().expose_secret().as_slice(), b"y");
+        assert_eq!(
+            store.unseal(&name("f")).unwrap().expose_secret().as_slice(),
+            b"y"
+        );
     }
 
     #[test]
     fn rotate_stopped_at_every_step_keeps_every_secret_openable() {
-        let values: Vec<(String, Vec<u8>)> =
-            (0..5).map(|i| (format!("s{i}"), format!("value-{i}").into_bytes())).collect();
+        let values: Vec<(String, Vec<u8>)> = (0..5)
+            .map(|i| (format!("s{i}"), format!("value-{i}").into_bytes()))
+            .collect();
         // Stop after step k for every k, then finish with a full rotate.
         for stop_at in 0..(2 + values.len() + 1) {
             let (_home, store) = store();
@@ -463,7 +503,11 @@ mod tests {
                 })
                 .unwrap();
             for (n, v) in &values {
-                assert_eq!(store.unseal(&name(n)).unwrap().expose_secret(), v, "stop {stop_at}");
+                assert_eq!(
+                    store.unseal(&name(n)).unwrap().expose_secret(),
+                    v,
+                    "stop {stop_at}"
+                );
             }
             store.rotate().unwrap();
             let ids = store.identities().unwrap();
@@ -480,6 +524,9 @@ mod tests {
         store.seal(&name("real"), b"v").unwrap();
         let target = home.path().join(".tono/secrets/real.age");
         std::os::unix::fs::symlink(&target, home.path().join(".tono/secrets/link.age")).unwrap();
-        assert!(matches!(store.unseal(&name("link")), Err(KeysError::SecretCorrupt { .. })));
+        assert!(matches!(
+            store.unseal(&name("link")),
+            Err(KeysError::SecretCorrupt { .. })
+        ));
     }
 }

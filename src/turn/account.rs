@@ -45,7 +45,11 @@ pub enum AccountError {
 struct Lock(#[allow(dead_code)] nix::fcntl::Flock<File>);
 
 fn lock() -> Result<Lock, AccountError> {
-    let tool = |detail: String| AccountError::Tool { tool: "flock", name: ACCOUNT_LOCK.into(), detail };
+    let tool = |detail: String| AccountError::Tool {
+        tool: "flock",
+        name: ACCOUNT_LOCK.into(),
+        detail,
+    };
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -60,9 +64,16 @@ fn lock() -> Result<Lock, AccountError> {
 fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError> {
     // useradd exits 10 when /etc/passwd is locked by someone else: retry.
     for attempt in 0..20 {
-        let out = Command::new(tool).args(args).env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").output().map_err(|e| {
-            AccountError::Tool { tool, name: name.into(), detail: e.to_string() }
-        })?;
+        let out = Command::new(tool)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .output()
+            .map_err(|e| AccountError::Tool {
+                tool,
+                name: name.into(),
+                detail: e.to_string(),
+            })?;
         if out.status.success() {
             return Ok(());
         }
@@ -73,7 +84,11 @@ fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError
         return Err(AccountError::Tool {
             tool,
             name: name.into(),
-            detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         });
     }
     unreachable!("the loop returns")
@@ -83,15 +98,25 @@ fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError
 /// `home_base/name` (mode 0700), shell `/bin/sh`. Idempotent when the user
 /// already exists with the same numbers.
 pub fn create_user(name: &str, id: u32, home_base: &Path) -> Result<TargetUser, AccountError> {
-    let refuse = |reason: String| AccountError::Refused { name: name.into(), reason };
+    let refuse = |reason: String| AccountError::Refused {
+        name: name.into(),
+        reason,
+    };
     valid_login_name(name).map_err(|r| refuse(r.into()))?;
     if id < 1000 || id == u32::MAX {
-        return Err(refuse(format!("uid {id} is root, in the system range, or -1")));
+        return Err(refuse(format!(
+            "uid {id} is root, in the system range, or -1"
+        )));
     }
     let _lock = lock()?;
     match TargetUser::lookup(&UserSpec::Name(name.into())) {
         Ok(u) if u.uid == id && u.gid == id => return Ok(u),
-        Ok(u) => return Err(refuse(format!("it exists with uid {} gid {}", u.uid, u.gid))),
+        Ok(u) => {
+            return Err(refuse(format!(
+                "it exists with uid {} gid {}",
+                u.uid, u.gid
+            )))
+        }
         Err(_) => {}
     }
     if let Ok(other) = TargetUser::lookup(&UserSpec::Uid(id)) {
@@ -104,7 +129,9 @@ pub fn create_user(name: &str, id: u32, home_base: &Path) -> Result<TargetUser, 
     if let Err(e) = run(
         "useradd",
         name,
-        &["-u", &id_text, "-g", &id_text, "-M", "-N", "-d", &home_text, "-s", "/bin/sh", name],
+        &[
+            "-u", &id_text, "-g", &id_text, "-M", "-N", "-d", &home_text, "-s", "/bin/sh", name,
+        ],
     ) {
         let _ = run("groupdel", name, &[name]);
         return Err(e);
@@ -115,7 +142,11 @@ pub fn create_user(name: &str, id: u32, home_base: &Path) -> Result<TargetUser, 
     if let Err(e) = make_home(&home, id) {
         let _ = run("userdel", name, &[name]);
         let _ = run("groupdel", name, &[name]);
-        return Err(AccountError::Tool { tool: "mkdir", name: name.into(), detail: e.to_string() });
+        return Err(AccountError::Tool {
+            tool: "mkdir",
+            name: name.into(),
+            detail: e.to_string(),
+        });
     }
     TargetUser::lookup(&UserSpec::Name(name.into())).map_err(|e| refuse(e.to_string()))
 }
@@ -130,7 +161,10 @@ fn make_home(home: &Path, id: u32) -> std::io::Result<()> {
 
 /// Removes user `name`, its group and its home (`userdel -r`).
 pub fn remove_user(name: &str) -> Result<(), AccountError> {
-    valid_login_name(name).map_err(|r| AccountError::Refused { name: name.into(), reason: r.into() })?;
+    valid_login_name(name).map_err(|r| AccountError::Refused {
+        name: name.into(),
+        reason: r.into(),
+    })?;
     let _lock = lock()?;
     // Make sure nothing of the user still runs, so userdel can proceed.
     let _ = Command::new("pkill").args(["-KILL", "-u", name]).status();
