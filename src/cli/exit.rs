@@ -69,6 +69,7 @@ pub fn code_of(error: &LaunchError) -> i32 {
         "secret_missing" => SECRET_MISSING,
         "secret_corrupt" | "import_rejected" | "secret_has_nul" => SECRET_CORRUPT,
         "invalid_secret_name" | "value_empty" | "value_too_large" | "identity_exists" => USAGE,
+        "home_missing" => LAUNCH_REFUSED,
         _ if matches!(error.stage, Stage::Plan | Stage::Drop | Stage::Verify) => LAUNCH_REFUSED,
         _ => FAILED,
     }

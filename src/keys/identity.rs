@@ -83,6 +83,17 @@ impl IdentitySet {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(KeysError::IdentityMissing { path: shown })
             }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                // Say why, when the reason is visible: someone else owns it.
+                let euid = nix::unistd::geteuid().as_raw();
+                return Err(match std::fs::symlink_metadata(path) {
+                    Ok(meta) if meta.uid() != euid => insecure(format!(
+                        "it is owned by uid {}, not by uid {euid} that opens it",
+                        meta.uid()
+                    )),
+                    _ => KeysError::io("open identity", path, e),
+                });
+            }
             Err(e) => return Err(KeysError::io("open identity", path, e)),
         };
         let meta = file

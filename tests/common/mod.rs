@@ -1,0 +1,164 @@
+//! Shared set-up for the integration tests: the root guard, real throwaway
+//! users (`tonotest<uid>`, uids 61000–61899, created one at a time and
+//! removed on drop), and runners for the built binaries.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+use tono_seal::drop::spawn::Launcher;
+use tono_seal::drop::user::{TargetUser, UserSpec};
+use tono_seal::turn::account;
+
+/// Returns true when the test may go on as root. Not root: a loud skip, or
+/// a failure under `CI=true`.
+pub fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test} needs root and CI=true: refusing to skip");
+    }
+    eprintln!("\n*** SKIPPED {test}: it needs root (real users, real drops). Run the tests as root. ***\n");
+    false
+}
+
+/// Skips (returns early from) a test unless root.
+#[macro_export]
+macro_rules! need_root {
+    () => {
+        if !common::root_or_skip(module_path!()) {
+            return;
+        }
+    };
+}
+
+static CREATE: Mutex<()> = Mutex::new(());
+
+/// A real user made for one test and removed when dropped.
+pub struct TestUser {
+    pub user: TargetUser,
+}
+
+impl TestUser {
+    /// Creates a user with no key store.
+    pub fn bare() -> Self {
+        let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
+        // Spread processes over the range so two test binaries never collide.
+        let start = 61000 + (std::process::id() % 9) * 100;
+        let uid = (start..61900)
+            .chain(61000..start)
+            .find(|uid| {
+                TargetUser::lookup(&UserSpec::Uid(*uid)).is_err()
+                    && TargetUser::lookup(&UserSpec::Name(format!("tonotest{uid}"))).is_err()
+            })
+            .expect("a free test uid in 61000-61899");
+        let user = account::create_user(&format!("tonotest{uid}"), uid, Path::new("/home"))
+            .expect("create test user");
+        Self { user }
+    }
+
+    /// Creates a user and runs `keygen` for it.
+    pub fn with_key() -> Self {
+        let u = Self::bare();
+        let out = tono(&["keygen", "--user", &u.user.name], b"");
+        assert!(
+            out.status.success(),
+            "keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        u
+    }
+
+    /// Seals `value` as `name`.
+    pub fn seal(&self, name: &str, value: &[u8]) {
+        let out = tono(&["seal", "--user", &self.user.name, name], value);
+        assert!(
+            out.status.success(),
+            "seal {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn name(&self) -> &str {
+        &self.user.name
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.user.home
+    }
+
+    /// Runs a shell command as this user outside tono (through setpriv), to
+    /// set up or inspect the home as its owner.
+    pub fn sh(&self, script: &str) -> Output {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                &self.user.uid.to_string(),
+                "--regid",
+                &self.user.gid.to_string(),
+                "--clear-groups",
+                "--",
+            ])
+            .args(["/bin/sh", "-c", script])
+            .current_dir(&self.user.home)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &self.user.home)
+            .output()
+            .expect("setpriv")
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = account::remove_user(&self.user.name) {
+            eprintln!("could not remove {}: {e}", self.user.name);
+        }
+    }
+}
+
+pub fn tono_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tono-seal"))
+}
+
+pub fn launch_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tono-launch"))
+}
+
+pub fn launcher() -> Launcher {
+    Launcher::at(launch_bin())
+}
+
+/// Runs `tono-seal ARGS` with `stdin`.
+pub fn tono(args: &[&str], stdin: &[u8]) -> Output {
+    tono_env(args, stdin, &[])
+}
+
+/// Runs `tono-seal ARGS` with `stdin` and extra environment.
+pub fn tono_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(tono_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tono-seal");
+    let mut input = child.stdin.take().unwrap();
+    // A writer that the child stops reading (over the cap) sees EPIPE.
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,385 @@
+//! The provisioning CLI against real users: every command, every bad input
+//! of the keys issue, and the exit codes.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+
+use common::{stderr, stdout, tono, TestUser};
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn store_layout_modes_and_owner() {
+    need_root!();
+    let u = TestUser::with_key();
+    let root = u.home().join(".tono");
+    u.seal("api", b"v");
+    for (path, mode) in [
+        (root.clone(), 0o700),
+        (root.join("identity"), 0o600),
+        (root.join("recipient"), 0o644),
+        (root.join("secrets"), 0o700),
+        (root.join("secrets/api.age"), 0o600),
+    ] {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o7777, mode, "{}", path.display());
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (u.user.uid, u.user.gid),
+            "{} owned by the user",
+            path.display()
+        );
+    }
+    let recipient = std::fs::read_to_string(root.join("recipient")).unwrap();
+    let printed = tono(&["recipient", "--user", u.name()], b"");
+    assert_eq!(stdout(&printed).trim(), recipient.trim());
+    assert!(recipient.starts_with("age1"));
+    // Nothing under the home is owned by root.
+    let out = u.sh("find . ! -user $(id -u) | head");
+    assert_eq!(stdout(&out).trim(), "", "root-owned files in the home");
+}
+
+#[test]
+fn every_command_round_trip() {
+    need_root!();
+    let u = TestUser::with_key();
+    let n = u.name();
+    assert_eq!(
+        code(&tono(&["keygen", "--user", n], b"")),
+        2,
+        "no overwrite without --force"
+    );
+    let o = tono(&["seal", "--user", n, "db.password"], b"s3cret\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tono(&["reveal", "--user", n, "db.password"], b"");
+    assert_eq!(o.stdout, b"s3cret\n");
+    let o = tono(&["list", "--user", n, "--json"], b"");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["name"], "db.password");
+    assert!(v[0]["sealed_bytes"].as_u64().unwrap() > 100);
+    assert!(!stdout(&o).contains("s3cret"), "list never shows values");
+    let o = tono(&["list", "--user", n], b"");
+    assert_eq!(stdout(&o), "db.password\n");
+    let o = tono(&["rotate", "--user", n, "--json"], b"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["resealed"], 1);
+    assert_eq!(
+        tono(&["reveal", "--user", n, "db.password"], b"").stdout,
+        b"s3cret\n"
+    );
+    let o = tono(&["remove", "--user", n, "db.password"], b"");
+    assert!(o.status.success());
+    assert_eq!(code(&tono(&["reveal", "--user", n, "db.password"], b"")), 5);
+    assert_eq!(code(&tono(&["remove", "--user", n, "db.password"], b"")), 5);
+    // --force keeps the old identity beside the new one.
+    let o = tono(&["keygen", "--user", n, "--force"], b"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("kept at"));
+}
+
+#[test]
+fn bad_users_are_refused_with_distinct_codes() {
+    need_root!();
+    assert_eq!(
+        code(&tono(&["list", "--user", "tonotest-nobody"], b"")),
+        3,
+        "unknown user"
+    );
+    for spec in ["root", "#0", "#-1", "#4294967295", "#0x10", " #5"] {
+        let o = tono(&["list", "--user", spec], b"");
+        assert_eq!(code(&o), 2, "{spec}: {}", stderr(&o));
+    }
+    let o = tono(&["seal", "--user", "root", "x"], b"value");
+    assert_eq!(code(&o), 2);
+}
+
+#[test]
+fn missing_home_and_missing_store() {
+    need_root!();
+    let u = TestUser::bare();
+    let o = tono(&["list", "--user", u.name()], b"");
+    assert_eq!(code(&o), 8, "no identity yet: {}", stderr(&o));
+    std::fs::remove_dir(u.home()).unwrap();
+    let o = tono(&["keygen", "--user", u.name()], b"");
+    assert_eq!(
+        code(&o),
+        7,
+        "a missing home is a refused launch: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("chdir"), "{}", stderr(&o));
+}
+
+#[test]
+fn insecure_identities_are_refused() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("k", b"v");
+    let reveal = || tono(&["reveal", "--user", u.name(), "k"], b"");
+    // group-readable
+    u.sh("chmod 0640 .tono/identity");
+    let o = reveal();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("0640"));
+    u.sh("chmod 0600 .tono/identity");
+    assert_eq!(reveal().stdout, b"v");
+    // a symlink to the real file
+    u.sh("mv .tono/identity .tono/id.real && ln -s id.real .tono/identity");
+    let o = reveal();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("symlink"));
+    u.sh("rm .tono/identity && mv .tono/id.real .tono/identity");
+    // not a regular file
+    u.sh("mv .tono/identity .tono/id.real && mkfifo -m 600 .tono/identity");
+    assert_eq!(code(&reveal()), 4);
+    u.sh("rm .tono/identity && mv .tono/id.real .tono/identity");
+    // owned by someone else: root puts a file there (test set-up only)
+    let other = TestUser::with_key();
+    std::fs::copy(
+        other.home().join(".tono/identity"),
+        u.home().join(".tono/identity.foreign"),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(
+        u.home().join(".tono/identity.foreign"),
+        Some(other.user.uid),
+        Some(other.user.gid),
+    )
+    .unwrap();
+    u.sh("mv .tono/identity .tono/id.real && mv .tono/identity.foreign .tono/identity");
+    let o = reveal();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("owned by uid"));
+    u.sh("rm -f .tono/identity && mv .tono/id.real .tono/identity");
+    // too large
+    u.sh("cp .tono/identity .tono/id.real && head -c 70000 /dev/zero | tr '\\0' '#' >> .tono/identity");
+    assert_eq!(code(&reveal()), 4);
+    u.sh("mv .tono/id.real .tono/identity");
+    assert_eq!(reveal().stdout, b"v", "restored identity works again");
+}
+
+#[test]
+fn malformed_identities_are_refused() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("k", b"v");
+    for (what, script) in [
+        ("empty", ": > .tono/identity"),
+        ("garbage", "echo 'not a key at all' > .tono/identity"),
+        (
+            "truncated",
+            "grep AGE-SECRET .tono/id.real | cut -c1-40 > .tono/identity",
+        ),
+    ] {
+        u.sh("cp -p .tono/identity .tono/id.real");
+        u.sh(script);
+        let o = tono(&["reveal", "--user", u.name(), "k"], b"");
+        assert_eq!(code(&o), 8, "{what}: {}", stderr(&o));
+        assert!(!stdout(&o).contains('v'), "{what}: nothing revealed");
+        u.sh("mv .tono/id.real .tono/identity");
+    }
+    assert_eq!(tono(&["reveal", "--user", u.name(), "k"], b"").stdout, b"v");
+}
+
+#[test]
+fn corrupt_secrets_are_refused() {
+    need_root!();
+    let u = TestUser::with_key();
+    let other = TestUser::with_key();
+    u.seal("good", b"value");
+    other.seal("theirs", b"x");
+    let reveal = |name: &str| tono(&["reveal", "--user", u.name(), name], b"");
+    u.sh("echo garbage > .tono/secrets/garbage.age; head -c 100 .tono/secrets/good.age > .tono/secrets/trunc.age");
+    for name in ["garbage", "trunc"] {
+        let o = reveal(name);
+        assert_eq!(code(&o), 6, "{name}: {}", stderr(&o));
+    }
+    // Sealed to another key.
+    let foreign = std::fs::read(other.home().join(".tono/secrets/theirs.age")).unwrap();
+    let o = tono(&["import", "--user", u.name(), "foreign"], &foreign);
+    assert_eq!(
+        code(&o),
+        6,
+        "import of a file for another key: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("another key"), "{}", stderr(&o));
+    assert_eq!(
+        reveal("foreign").status.code(),
+        Some(5),
+        "nothing installed"
+    );
+    assert_eq!(reveal("good").stdout, b"value");
+}
+
+#[test]
+fn a_symlink_to_a_root_only_file_is_never_followed() {
+    need_root!();
+    let u = TestUser::with_key();
+    // A valid age file for this very user, readable only by root: if
+    // anything followed the link as root, reveal would print its value.
+    u.seal("bait", b"root-only-value");
+    let bait = std::fs::read(u.home().join(".tono/secrets/bait.age")).unwrap();
+    let dir = tempfile::tempdir_in("/root").unwrap();
+    let target = dir.path().join("sealed.age");
+    std::fs::write(&target, &bait).unwrap();
+    u.sh("rm .tono/secrets/bait.age");
+    u.sh(&format!(
+        "ln -s {} .tono/secrets/link.age; ln -s /etc/shadow .tono/secrets/shadow.age",
+        target.display()
+    ));
+    for name in ["link", "shadow"] {
+        let o = tono(&["reveal", "--user", u.name(), name], b"");
+        assert_eq!(code(&o), 6, "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains("symlink"), "{}", stderr(&o));
+        assert!(!stdout(&o).contains("root-only-value"));
+    }
+}
+
+#[test]
+fn empty_and_oversize_values() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("k", b"old");
+    let o = tono(&["seal", "--user", u.name(), "k"], b"");
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--allow-empty"));
+    let big = vec![b'x'; 100 * 1024 * 1024];
+    let o = tono(&["seal", "--user", u.name(), "k"], &big);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cap"));
+    assert_eq!(
+        tono(&["reveal", "--user", u.name(), "k"], b"").stdout,
+        b"old"
+    );
+    let o = tono(&["seal", "--user", u.name(), "e", "--allow-empty"], b"");
+    assert!(o.status.success());
+    assert_eq!(tono(&["reveal", "--user", u.name(), "e"], b"").stdout, b"");
+    for bad in ["..", "a/b", ".hidden", "", &"n".repeat(129)] {
+        assert_eq!(
+            code(&tono(&["seal", "--user", u.name(), bad], b"v")),
+            2,
+            "{bad:?}"
+        );
+    }
+    let leftovers = u.sh("ls -A .tono/secrets | grep tmp || true");
+    assert_eq!(stdout(&leftovers).trim(), "", "no temp files left");
+}
+
+fn mount_tmpfs(path: &std::path::Path, size: &str, uid: u32) -> bool {
+    let ok = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size},mode=0700,uid={uid},gid={uid}"),
+            "tonotest",
+            &path.display().to_string(),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    ok
+}
+
+fn umount(path: &std::path::Path) {
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(path)
+        .status();
+}
+
+#[test]
+fn disk_full_and_read_only_home_keep_the_old_secret() {
+    need_root!();
+    let u = TestUser::bare();
+    assert!(
+        mount_tmpfs(u.home(), "256k", u.user.uid),
+        "mounting a small tmpfs home"
+    );
+    let result = std::panic::catch_unwind(|| {
+        assert!(tono(&["keygen", "--user", u.name()], b"").status.success());
+        u.seal("k", b"old");
+        // Fill the disk as the user, then try to replace the secret.
+        u.sh("head -c 10000000 /dev/zero > fill 2>/dev/null; true");
+        let o = tono(&["seal", "--user", u.name(), "k"], &vec![b'n'; 200_000]);
+        assert_ne!(o.status.code(), Some(0), "disk full must fail");
+        assert!(stderr(&o).contains("No space"), "{}", stderr(&o));
+        assert_eq!(
+            tono(&["reveal", "--user", u.name(), "k"], b"").stdout,
+            b"old"
+        );
+        let leftovers = u.sh("ls -A .tono/secrets");
+        assert_eq!(stdout(&leftovers).trim(), "k.age", "temp file removed");
+        u.sh("rm fill");
+        // Read-only home.
+        assert!(std::process::Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(u.home())
+            .status()
+            .unwrap()
+            .success());
+        let o = tono(&["seal", "--user", u.name(), "k"], b"new");
+        assert_ne!(o.status.code(), Some(0));
+        assert!(stderr(&o).contains("Read-only"), "{}", stderr(&o));
+        assert_eq!(
+            tono(&["reveal", "--user", u.name(), "k"], b"").stdout,
+            b"old"
+        );
+    });
+    umount(u.home());
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[test]
+fn rotate_killed_at_many_points_never_loses_a_secret() {
+    need_root!();
+    let u = TestUser::with_key();
+    let values: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("s{i}"), format!("value-{i}-{}", "z".repeat(i * 50))))
+        .collect();
+    for (n, v) in &values {
+        u.seal(n, v.as_bytes());
+    }
+    let mut killed = 0;
+    for round in 0..40u64 {
+        let mut child = std::process::Command::new(common::tono_bin())
+            .args(["rotate", "--user", u.name()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(500 + round * 700));
+        // Kill the launcher doing the work (the user's process), hard.
+        let _ = std::process::Command::new("pkill")
+            .args(["-KILL", "-u", u.name()])
+            .status();
+        let status = child.wait().unwrap();
+        if !status.success() {
+            killed += 1;
+        }
+        for (n, v) in &values {
+            let o = tono(&["reveal", "--user", u.name(), n], b"");
+            assert_eq!(
+                stdout(&o),
+                *v,
+                "round {round}: secret {n} after a kill: {}",
+                stderr(&o)
+            );
+        }
+    }
+    assert!(
+        killed >= 10,
+        "only {killed} of 40 rotations were interrupted; the test proves nothing"
+    );
+    let o = tono(&["rotate", "--user", u.name()], b"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ids = u.sh("grep -c AGE-SECRET-KEY .tono/identity");
+    assert_eq!(stdout(&ids).trim(), "1", "a finished rotate leaves one key");
+    eprintln!("rotate: {killed}/40 runs killed mid-way; every secret opened after each");
+}
