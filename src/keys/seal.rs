@@ -59,9 +59,38 @@ pub fn seal(plaintext: &[u8], recipient: &age::x25519::Recipient) -> Result<Vec<
     Ok(sealed)
 }
 
-/// Unseals `sealed` (binary or ASCII-armored age) with any key of `ids`.
+/// Unseals `sealed` (binary or ASCII-armored age) with any key of `ids`,
+/// refusing plaintext over [`MAX_SECRET_BYTES`].
 pub fn unseal(sealed: &[u8], ids: &IdentitySet) -> Result<Plaintext, UnsealError> {
-    let decryptor = age::Decryptor::new(ArmoredReader::new(sealed)).map_err(header_error)?;
+    unseal_capped(sealed, ids, MAX_SECRET_BYTES)
+}
+
+const ARMOR_BEGIN: &[u8] = b"-----BEGIN AGE ENCRYPTED FILE-----";
+
+/// [`unseal`] with an explicit plaintext cap (the store's cap is
+/// [`MAX_SECRET_BYTES`]; the conformance vectors need more).
+pub fn unseal_capped(
+    sealed: &[u8],
+    ids: &IdentitySet,
+    cap: usize,
+) -> Result<Plaintext, UnsealError> {
+    // Armor may be surrounded by whitespace (age spec); strip it, then
+    // dearmor to binary so that one strict header check covers both forms.
+    let trimmed = sealed.trim_ascii();
+    let dearmored;
+    let binary = if trimmed.starts_with(ARMOR_BEGIN) {
+        let mut out = Vec::with_capacity(trimmed.len());
+        ArmoredReader::new(trimmed)
+            .take(MAX_SEALED_BYTES as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| UnsealError::Header(format!("invalid armor: {e}")))?;
+        dearmored = out;
+        &dearmored[..]
+    } else {
+        sealed
+    };
+    check_stanza_bodies(binary)?;
+    let decryptor = age::Decryptor::new(binary).map_err(header_error)?;
     if decryptor.is_scrypt() {
         return Err(UnsealError::Passphrase);
     }
@@ -69,8 +98,8 @@ pub fn unseal(sealed: &[u8], ids: &IdentitySet) -> Result<Plaintext, UnsealError
     let mut reader = decryptor.decrypt(identities).map_err(header_error)?;
     // Plaintext is never longer than the sealed file, so one allocation made
     // up front holds it: no reallocation leaves an unwiped copy behind.
-    let cap = sealed.len().min(MAX_SECRET_BYTES);
-    let mut buf = Zeroizing::new(vec![0u8; cap + 1]);
+    let room = binary.len().min(cap);
+    let mut buf = Zeroizing::new(vec![0u8; room + 1]);
     let mut len = 0;
     loop {
         if len == buf.len() {
@@ -83,12 +112,49 @@ pub fn unseal(sealed: &[u8], ids: &IdentitySet) -> Result<Plaintext, UnsealError
             Err(e) => return Err(UnsealError::Payload(e.to_string())),
         }
     }
-    if len > MAX_SECRET_BYTES {
+    if len > cap {
         return Err(UnsealError::TooLarge);
     }
     buf.truncate(len);
     let plain = std::mem::take(&mut *buf);
     Ok(SecretBox::new(Box::new(plain)))
+}
+
+/// The age spec says every stanza body ends with a line shorter than 64
+/// columns (possibly empty); the `age` crate accepts a stanza with no body
+/// or one ending on a full line (CCTV `stanza_missing_body`,
+/// `stanza_missing_final_line`). Refuse those here, before decryption.
+fn check_stanza_bodies(binary: &[u8]) -> Result<(), UnsealError> {
+    let bad = |m: &str| Err(UnsealError::Header(m.to_owned()));
+    let mut lines = binary.split(|&b| b == b'\n');
+    if lines.next() != Some(b"age-encryption.org/v1") {
+        // Let `age` name the problem.
+        return Ok(());
+    }
+    let mut in_body = false;
+    for line in lines {
+        if line.starts_with(b"---") {
+            return if in_body {
+                bad("a stanza has no final short body line")
+            } else {
+                Ok(())
+            };
+        }
+        if line.starts_with(b"-> ") {
+            if in_body {
+                return bad("a stanza has no final short body line");
+            }
+            in_body = true;
+            continue;
+        }
+        if !in_body {
+            return bad("a body line outside any stanza");
+        }
+        if line.len() < 64 {
+            in_body = false;
+        }
+    }
+    Ok(())
 }
 
 fn header_error(e: age::DecryptError) -> UnsealError {
