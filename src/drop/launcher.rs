@@ -37,7 +37,7 @@ use super::report::{LaunchError, Stage, StatusMessage, EXEC_MARK};
 use super::sys;
 use super::user::{TargetUser, UserSpec};
 use super::verify::verify_dropped;
-use crate::keys::{identity::read_bounded, KeyStore, SecretName};
+use crate::keys::{KeyStore, SecretName};
 
 /// Exit status of the launcher when it refused or failed (the status pipe
 /// says why).
@@ -86,8 +86,13 @@ fn plan_error(code: &str, message: String) -> LaunchError {
 fn read_plan() -> Result<LaunchPlan, LaunchError> {
     let mut fd = sys::take_inherited_fd(sys::PLAN_FD)
         .ok_or_else(|| plan_error("plan_missing", "there is no plan on fd 3".into()))?;
-    let bytes = read_bounded(&mut fd, MAX_PLAN_BYTES)
+    // A plan names secrets but holds no value: a plain buffer will do.
+    let mut bytes = Vec::with_capacity(4096);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut fd, MAX_PLAN_BYTES as u64 + 1), &mut bytes)
         .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
+    if bytes.len() > MAX_PLAN_BYTES {
+        return Err(plan_error("plan_too_large", format!("the plan is over {MAX_PLAN_BYTES} bytes")));
+    }
     drop(fd);
     serde_json::from_slice(&bytes)
         .map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))

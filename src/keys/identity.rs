@@ -45,9 +45,16 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
 }
 
 /// Reads at most `cap` bytes into a wiped buffer that never reallocates.
+///
+/// For a regular file the buffer is sized from `fstat` (so a 200-byte file
+/// costs 200 bytes, not the cap); a file that grows while it is read is an
+/// error rather than a reallocation. Pipes get a buffer of the cap.
 pub(crate) fn read_bounded(file: &mut File, cap: usize) -> io::Result<Zeroizing<Vec<u8>>> {
-    // One extra byte tells "exactly cap" from "over cap".
-    let mut buf = Zeroizing::new(vec![0u8; cap + 1]);
+    let meta = file.metadata()?;
+    let sized = meta.is_file();
+    let room = if sized { (meta.len().min(cap as u64 + 1)) as usize } else { cap };
+    // One extra byte tells "exactly this much" from "more".
+    let mut buf = Zeroizing::new(vec![0u8; room + 1]);
     let mut len = 0;
     while len < buf.len() {
         match file.read(&mut buf[len..]) {
@@ -58,10 +65,10 @@ pub(crate) fn read_bounded(file: &mut File, cap: usize) -> io::Result<Zeroizing<
         }
     }
     if len > cap {
-        return Err(io::Error::new(
-            io::ErrorKind::FileTooLarge,
-            "file is over its size cap",
-        ));
+        return Err(io::Error::new(io::ErrorKind::FileTooLarge, "file is over its size cap"));
+    }
+    if len == buf.len() {
+        return Err(io::Error::other("the file grew while it was read"));
     }
     buf.truncate(len);
     Ok(buf)
