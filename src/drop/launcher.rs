@@ -88,10 +88,16 @@ fn read_plan() -> Result<LaunchPlan, LaunchError> {
         .ok_or_else(|| plan_error("plan_missing", "there is no plan on fd 3".into()))?;
     // A plan names secrets but holds no value: a plain buffer will do.
     let mut bytes = Vec::with_capacity(4096);
-    std::io::Read::read_to_end(&mut std::io::Read::take(&mut fd, MAX_PLAN_BYTES as u64 + 1), &mut bytes)
-        .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut fd, MAX_PLAN_BYTES as u64 + 1),
+        &mut bytes,
+    )
+    .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
     if bytes.len() > MAX_PLAN_BYTES {
-        return Err(plan_error("plan_too_large", format!("the plan is over {MAX_PLAN_BYTES} bytes")));
+        return Err(plan_error(
+            "plan_too_large",
+            format!("the plan is over {MAX_PLAN_BYTES} bytes"),
+        ));
     }
     drop(fd);
     serde_json::from_slice(&bytes)

@@ -52,7 +52,11 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
 pub(crate) fn read_bounded(file: &mut File, cap: usize) -> io::Result<Zeroizing<Vec<u8>>> {
     let meta = file.metadata()?;
     let sized = meta.is_file();
-    let room = if sized { (meta.len().min(cap as u64 + 1)) as usize } else { cap };
+    let room = if sized {
+        (meta.len().min(cap as u64 + 1)) as usize
+    } else {
+        cap
+    };
     // One extra byte tells "exactly this much" from "more".
     let mut buf = Zeroizing::new(vec![0u8; room + 1]);
     let mut len = 0;
@@ -65,7 +69,10 @@ pub(crate) fn read_bounded(file: &mut File, cap: usize) -> io::Result<Zeroizing<
         }
     }
     if len > cap {
-        return Err(io::Error::new(io::ErrorKind::FileTooLarge, "file is over its size cap"));
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            "file is over its size cap",
+        ));
     }
     if len == buf.len() {
         return Err(io::Error::other("the file grew while it was read"));
