@@ -36,22 +36,7 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
             format!("the call is over {MAX_CALL_BYTES} bytes"),
         ));
     }
-    let text = std::str::from_utf8(raw)
-        .map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let value = StrictValue { depth: 0 }
-        .deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains(DUPLICATE) {
-                Verdict::refuse("call_duplicate_key", msg)
-            } else if msg.contains(TOO_DEEP) {
-                Verdict::refuse("call_too_deep", msg)
-            } else {
-                Verdict::refuse("call_not_json", msg)
-            }
-        })?;
+    let value = parse_strict_json(raw)?;
     let Value::Object(mut top) = value else {
         return Err(Verdict::refuse(
             "call_not_object",
@@ -93,6 +78,27 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
         ));
     }
     Ok(ToolCall { tool, args })
+}
+
+/// Parses JSON text refusing invalid UTF-8, duplicate keys at any level and
+/// nesting deeper than [`MAX_DEPTH`]; the error is a `Refuse` verdict.
+pub fn parse_strict_json(raw: &[u8]) -> Result<Value, Verdict> {
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    StrictValue { depth: 0 }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains(DUPLICATE) {
+                Verdict::refuse("call_duplicate_key", msg)
+            } else if msg.contains(TOO_DEEP) {
+                Verdict::refuse("call_too_deep", msg)
+            } else {
+                Verdict::refuse("call_not_json", msg)
+            }
+        })
 }
 
 const DUPLICATE: &str = "duplicate key";

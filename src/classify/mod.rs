@@ -4,27 +4,35 @@
 //! Guarantees: pure (no I/O); fails closed — a call that does not parse
 //! strictly is refused, an unknown tool or any side-effecting kind drops,
 //! and only a registered read tool whose every argument passes can stay.
-//! Until the egress rules of the read tool land, no call stays: read tools
-//! drop too, which is the safe side of the seam.
+//! A stay needs every check of [`stay::judge_read`] and [`egress`].
 #![forbid(unsafe_code)]
 
 pub mod call;
+pub mod egress;
 pub mod policy;
+pub mod stay;
 pub mod verdict;
 
 pub use call::{parse_call, ToolCall, MAX_CALL_BYTES, MAX_DEPTH};
-pub use policy::{Policy, ToolKind};
+pub use policy::{Policy, PolicyError, ToolKind};
 pub use verdict::{Verdict, VerdictKind};
 
 /// Classifies a parsed call under `policy`.
 pub fn classify(call: &ToolCall, policy: &Policy) -> Verdict {
     match policy.kind_of(&call.tool) {
-        None => Verdict::drop("unknown_tool", "the tool is not registered; unknown tools run as the user"),
-        Some(kind) if kind.has_side_effects() => Verdict::drop("side_effect", "the tool has side effects; it runs as the user"),
-        Some(_) => Verdict::drop(
-            "read_not_verified",
-            "read tools stay only after the egress check, which this build does not make; it runs as the user",
+        None => Verdict::drop(
+            "unknown_tool",
+            "the tool is not registered; unknown tools run as the user",
         ),
+        Some(kind) if kind.has_side_effects() => Verdict::drop(
+            "side_effect",
+            "the tool has side effects; it runs as the user",
+        ),
+        Some(kind) if !policy.may_stay(kind) => Verdict::drop(
+            "stay_disabled",
+            "the policy does not let this read stay; it runs as the user",
+        ),
+        Some(_) => stay::judge_read(call, policy),
     }
 }
 
@@ -44,16 +52,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nothing_stays_and_unknown_drops() {
+    fn side_effects_and_unknown_drop_and_a_public_read_stays() {
         let policy = Policy::default();
-        for raw in [
-            r#"{"tool":"shell","args":{"command":"id"}}"#,
-            r#"{"tool":"http_get","args":{"url":"https://example.com/"}}"#,
-            r#"{"tool":"Http_Get","args":{}}"#,
-            r#"{"tool":"made_up","args":{}}"#,
+        for (raw, want) in [
+            (
+                r#"{"tool":"shell","args":{"command":"id"}}"#,
+                VerdictKind::Drop,
+            ),
+            (
+                r#"{"tool":"http_get","args":{"url":"https://example.com/"}}"#,
+                VerdictKind::Stay,
+            ),
+            (
+                r#"{"tool":"http_get","args":{"url":"http://127.0.0.1/"}}"#,
+                VerdictKind::Drop,
+            ),
+            (
+                r#"{"tool":"Http_Get","args":{"url":"https://example.com/"}}"#,
+                VerdictKind::Drop,
+            ),
+            (r#"{"tool":"made_up","args":{}}"#, VerdictKind::Drop),
         ] {
             let (_, v) = classify_raw(raw.as_bytes(), &policy);
-            assert_eq!(v.kind(), VerdictKind::Drop, "{raw}");
+            assert_eq!(v.kind(), want, "{raw}: {v:?}");
         }
     }
 }

@@ -300,12 +300,17 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     let Some(call) = call else {
         return Outcome::not_run(&verdict, tool, None);
     };
-    match verdict.kind() {
+    let verdict = match verdict.kind() {
         VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
-        // No stay path exists in this build: a Stay would be a bug upstream,
-        // and the safe answer to a bug is to drop.
-        VerdictKind::Stay | VerdictKind::Drop => {}
-    }
+        // The in-worker read tool (resolve, re-check, connect to the checked
+        // address, re-check redirects) is not in this build, so a read that
+        // may stay still runs as the user: the safe side, and said so.
+        VerdictKind::Stay => Verdict::drop(
+            "stay_runs_as_user",
+            "the read may stay, but this build has no in-worker read tool; it runs as the user",
+        ),
+        VerdictKind::Drop => verdict,
+    };
     let Some(kind) = req.policy.kind_of(&call.tool) else {
         let error = LaunchError::new(
             Stage::Plan,
