@@ -250,13 +250,15 @@ pub fn check_name(host: &str, extra_denied: &[String]) -> Result<(), EgressRefus
             format!("{name:?} has an invalid label"),
         ));
     }
-    // A last label of digits only would have been an IPv4 to the parser;
-    // refuse what is left of that family (e.g. hex-looking last labels).
+    // Top-level domains are letters (or an IDN `xn--` label). A numeric or
+    // mixed last label is either an IPv4 spelling the parser did not take
+    // (`0x7f` forms) or no public name at all: refuse the whole family.
     let last = name.rsplit('.').next().unwrap_or_default();
-    if last.bytes().all(|b| b.is_ascii_digit()) || last.starts_with("0x") {
+    if !(last.bytes().all(|b| b.is_ascii_lowercase()) || last.starts_with("xn--")) || last.len() < 2
+    {
         return Err(refuse(
             "host_ambiguous",
-            format!("{name:?} ends in a numeric label"),
+            format!("{name:?} does not end in an alphabetic top-level label"),
         ));
     }
     Ok(())
@@ -292,6 +294,15 @@ pub fn check_url(
             "the URL holds a backslash, which parsers disagree on",
         ));
     }
+    // WHATWG accepts `https:host` and `https:/host` for special schemes; an
+    // HTTP client or a human may read those otherwise. Only `scheme://`.
+    let lower = raw.get(..8).unwrap_or(raw).to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(refuse(
+            "url_ambiguous",
+            "a stay URL must start with http:// or https://",
+        ));
+    }
     let url = Url::parse(raw)
         .map_err(|e| refuse("url_invalid", format!("the URL does not parse: {e}")))?;
     match url.scheme() {
@@ -316,11 +327,17 @@ pub fn check_url(
         if raw[..end].contains('@') {
             return Err(refuse("url_ambiguous", "an '@' in the authority"));
         }
+        if raw[..end].ends_with(':') {
+            return Err(refuse("url_ambiguous", "an empty port after ':'"));
+        }
     }
     let port = url
         .port_or_known_default()
         .ok_or_else(|| refuse("port_refused", "no port"))?;
-    if !ports.contains(&port) {
+    // 80 and 443 belong to their own scheme: `https://host:80/` is refused.
+    let crossed =
+        (port == 80 && url.scheme() == "https") || (port == 443 && url.scheme() == "http");
+    if crossed || !ports.contains(&port) {
         return Err(refuse(
             "port_refused",
             format!("port {port} is not an allowed port for a stay ({ports:?})"),

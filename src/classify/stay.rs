@@ -83,13 +83,19 @@ pub fn judge_read(call: &ToolCall, policy: &Policy) -> Verdict {
                 let Value::String(value) = value else {
                     return Verdict::drop("header_not_string", "header values must be strings");
                 };
-                if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) || !token(name) {
+                if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) || !token(name) {
                     return Verdict::refuse(
                         "header_injection",
                         format!(
                             "header {:?} would inject a line",
                             name.escape_debug().to_string()
                         ),
+                    );
+                }
+                if !value.is_ascii() {
+                    return Verdict::drop(
+                        "header_not_ascii",
+                        format!("header {name:?} has a non-ASCII value"),
                     );
                 }
                 if header_refused(name) {
