@@ -296,21 +296,13 @@ fn mutate(seed: usize, kind: u8, pos: usize, ch: char) -> Vec<u8> {
             t.insert(pos % (t.len() + 1), lookalikes[pos % lookalikes.len()]);
             m(&base, tool, &t.into_iter().collect::<String>())
         }
-        2 => base.replacen("{\"args\"", "{\"args\"", 1).replacen(
-            "\"tool\":",
-            "\"tool\":\"shell\",\"tool\":",
-            1,
-        ),
+        2 => m(&base, "\"tool\":", "\"tool\":\"shell\",\"tool\":"),
         3 => m(
             &base,
             "\"url\":",
-            &format!("\"url\":\"http://169.254.169.254/\",\"url\":"),
+            "\"url\":\"http://169.254.169.254/\",\"url\":",
         ),
-        4 => m(
-            &base,
-            "\"headers\"",
-            &format!("\"secrets\":[\"k\"],\"headers\""),
-        ),
+        4 => m(&base, "\"headers\"", "\"secrets\":[\"k\"],\"headers\""),
         5 => {
             let host_start = url.find("://").unwrap() + 3;
             let mut u: Vec<char> = url.chars().collect();
