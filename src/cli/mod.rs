@@ -165,6 +165,38 @@ pub enum Command {
     },
     /// Show the guarantees on this machine with two throwaway users.
     Demo,
+    /// Classify raw tool calls, one JSON line each on stdin.
+    Classify {
+        /// A policy file (JSON); the built-in default otherwise.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Policy files.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+/// `policy` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Load a policy file and say whether it is valid.
+    Check {
+        /// The policy file (JSON).
+        file: PathBuf,
+    },
+}
+
+/// Loads a policy file, or the default.
+pub fn load_policy(path: Option<&std::path::Path>) -> Result<Policy, CliError> {
+    let Some(path) = path else {
+        return Ok(Policy::default());
+    };
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::usage(format!("cannot read policy {}: {e}", path.display())))?;
+    Policy::from_json(&bytes).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
 }
 
 /// Runs the parsed command line; returns the process exit code.
@@ -461,7 +493,42 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             concurrency,
         } => serve::serve_stdio(launcher, concurrency.max(1)).await,
         Command::Demo => demo::demo(launcher).await,
+        Command::Classify { policy } => classify_lines(&load_policy(policy.as_deref())?),
+        Command::Policy {
+            action: PolicyAction::Check { file },
+        } => {
+            let policy = load_policy(Some(&file))?;
+            for (name, kind) in policy.tools() {
+                let stays = if policy.may_stay(kind) {
+                    "may stay"
+                } else {
+                    "drops"
+                };
+                println!("{name:<24} {:<12} {stays}", kind.name());
+            }
+            println!("stay ports: {:?}", policy.stay_ports());
+            Ok(exit::OK)
+        }
     }
+}
+
+/// `classify`: one verdict line per input line, in order; a malformed line
+/// is its own refusal and processing goes on.
+fn classify_lines(policy: &Policy) -> Result<i32, CliError> {
+    use std::io::BufRead;
+    let stdin = std::io::stdin().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let io = |e: std::io::Error| CliError::new(exit::FAILED, e.to_string());
+    for line in stdin.split(b'\n') {
+        let line = line.map_err(io)?;
+        let (_, verdict) = crate::classify::classify_raw(&line, policy);
+        let answer = serde_json::json!({ "verdict": verdict.kind(), "code": verdict.code(), "reason": verdict.reason() });
+        serde_json::to_writer(&mut out, &answer)
+            .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+        out.write_all(b"\n").map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    Ok(exit::OK)
 }
 
 /// Parses `--secret` grants.
