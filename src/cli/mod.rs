@@ -436,16 +436,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 output: Output::Inherit,
                 ..RunOptions::default()
             };
-            let policy = Policy::default();
-            let outcome = drop_and_run(&DropRequest {
-                launcher,
-                policy: &policy,
-                user: &user,
-                grants: &grants,
-                call: &call,
-                options,
-            })
-            .await;
+            let outcome = run_call(launcher, &user, &grants, &call, options).await;
             run_exit_code(&outcome)
         }
         Command::Call {
@@ -471,16 +462,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 max_output: DEFAULT_MAX_OUTPUT,
                 ..RunOptions::default()
             };
-            let policy = Policy::default();
-            let outcome = drop_and_run(&DropRequest {
-                launcher,
-                policy: &policy,
-                user: &user,
-                grants: &grants,
-                call: &call,
-                options,
-            })
-            .await;
+            let outcome = run_call(launcher, &user, &grants, &call, options).await;
             print_json(&serde_json::to_value(&outcome).unwrap_or(Value::Null))?;
             Ok(if outcome.succeeded() {
                 exit::OK
@@ -529,6 +511,26 @@ fn classify_lines(policy: &Policy) -> Result<i32, CliError> {
     }
     out.flush().map_err(io)?;
     Ok(exit::OK)
+}
+
+/// One tool call through `drop_and_run` with the default policy.
+async fn run_call(
+    launcher: &Launcher,
+    user: &TargetUser,
+    grants: &[SecretGrant],
+    call: &[u8],
+    options: RunOptions,
+) -> Outcome {
+    let policy = Policy::default();
+    drop_and_run(&DropRequest {
+        launcher,
+        policy: &policy,
+        user,
+        grants,
+        call,
+        options,
+    })
+    .await
 }
 
 /// Parses `--secret` grants.
