@@ -7,6 +7,8 @@
 //! user-chosen code runs. All `unsafe` of the crate is in [`sys`].
 
 pub mod builtin;
+#[cfg(feature = "read-tool")]
+pub mod fetch;
 pub mod launcher;
 pub mod outcome;
 pub mod plan;

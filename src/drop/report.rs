@@ -36,6 +36,8 @@ pub enum Stage {
     Op,
     /// The launcher died before reporting.
     Launcher,
+    /// A read that stayed in the worker failed or was refused mid-way.
+    Stay,
 }
 
 /// A typed launch error.

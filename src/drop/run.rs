@@ -302,9 +302,11 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     };
     let verdict = match verdict.kind() {
         VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
-        // The in-worker read tool (resolve, re-check, connect to the checked
-        // address, re-check redirects) is not in this build, so a read that
-        // may stay still runs as the user: the safe side, and said so.
+        #[cfg(feature = "read-tool")]
+        VerdictKind::Stay => return stay_read(&verdict, &call, req).await,
+        // Without the in-worker read tool, a read that may stay runs as the
+        // user: the safe side, and said so.
+        #[cfg(not(feature = "read-tool"))]
         VerdictKind::Stay => Verdict::drop(
             "stay_runs_as_user",
             "the read may stay, but this build has no in-worker read tool; it runs as the user",
@@ -342,4 +344,49 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         Ok(done) => Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done),
         Err(error) => Outcome::not_run(&verdict, tool, Some(error)),
     }
+}
+
+/// Runs a `Stay` read inside the worker (no launch, no user).
+#[cfg(feature = "read-tool")]
+async fn stay_read(verdict: &Verdict, call: &ToolCall, req: &DropRequest<'_>) -> Outcome {
+    use super::fetch::{fetch, FetchConfig, SystemResolver};
+    let tool = Some(call.tool.clone());
+    // The classifier has checked these shapes; re-read them, never trust.
+    let url = call
+        .args
+        .get("url")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let headers: Vec<(String, String)> = call
+        .args
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let kind = req.policy.kind_of(&call.tool).unwrap_or(ToolKind::HttpGet);
+    let config = FetchConfig {
+        max_body: req.options.max_output,
+        timeout: req.options.timeout.min(super::fetch::DEFAULT_TIMEOUT),
+        ..FetchConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let result = fetch(kind, url, &headers, req.policy, &config, &SystemResolver).await;
+    let mut out = Outcome::not_run(verdict, tool, None);
+    out.duration_us = started.elapsed().as_micros() as u64;
+    match result {
+        Ok(done) => {
+            out.exit_code = Some(0);
+            out.stdout = String::from_utf8_lossy(&done.body).into_owned();
+            out.stdout_truncated = done.truncated;
+            out.result = Some(serde_json::json!({
+                "status": done.status, "url": done.url, "redirects": done.redirects, "content_type": done.content_type,
+            }));
+        }
+        Err(e) => out.launch_error = Some(LaunchError::new(Stage::Stay, e.code(), e.to_string())),
+    }
+    out
 }
