@@ -56,6 +56,9 @@ fn main() {
     let classify = time(&calls, rounds, |raw| {
         drop(black_box(classify_raw(black_box(raw), &policy)))
     });
+    let strict = time(&calls, rounds, |raw| {
+        drop(black_box(tono_seal::classify::parse_call(black_box(raw))))
+    });
     let parse = time(&calls, rounds, |raw| {
         drop(black_box(serde_json::from_slice::<serde_json::Value>(
             black_box(raw),
@@ -63,11 +66,16 @@ fn main() {
     });
     let (c50, c99) = percentiles(classify);
     let (p50, p99) = percentiles(parse);
+    let (s50, s99) = percentiles(strict);
     println!("{} calls under 1 KiB x {rounds} rounds", calls.len());
     println!("{:<34} {:>10} {:>10}", "", "median µs", "p99 µs");
     println!(
         "{:<34} {c50:>10.3} {c99:>10.3}",
         "classify_raw (parse + verdict)"
+    );
+    println!(
+        "{:<34} {s50:>10.3} {s99:>10.3}",
+        "parse_call (strict parse only)"
     );
     println!(
         "{:<34} {p50:>10.3} {p99:>10.3}",

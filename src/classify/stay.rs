@@ -115,6 +115,7 @@ pub fn judge_read(call: &ToolCall, policy: &Policy) -> Verdict {
     }
     match check_url(url, policy.stay_ports(), policy.denied_suffixes()) {
         Ok(_) => Verdict::stay("public_read", "a registered read of a public address"),
-        Err(e) => Verdict::drop(e.code, format!("{}; it runs as the user", e.reason)),
+        // A drop: the call may still run, as the user.
+        Err(e) => Verdict::drop(e.code, e.reason),
     }
 }

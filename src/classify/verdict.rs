@@ -1,6 +1,8 @@
 //! The verdict: hard to ignore, hard to flip.
 #![forbid(unsafe_code)]
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// What may happen to a call. The discriminants are far apart in Hamming
@@ -23,12 +25,12 @@ pub enum VerdictKind {
 pub struct Verdict {
     kind: VerdictKind,
     code: &'static str,
-    reason: String,
+    reason: Cow<'static, str>,
 }
 
 impl Verdict {
     /// A stay verdict.
-    pub fn stay(code: &'static str, reason: impl Into<String>) -> Self {
+    pub fn stay(code: &'static str, reason: impl Into<Cow<'static, str>>) -> Self {
         Self {
             kind: VerdictKind::Stay,
             code,
@@ -37,7 +39,7 @@ impl Verdict {
     }
 
     /// A drop verdict.
-    pub fn drop(code: &'static str, reason: impl Into<String>) -> Self {
+    pub fn drop(code: &'static str, reason: impl Into<Cow<'static, str>>) -> Self {
         Self {
             kind: VerdictKind::Drop,
             code,
@@ -46,7 +48,7 @@ impl Verdict {
     }
 
     /// A refuse verdict.
-    pub fn refuse(code: &'static str, reason: impl Into<String>) -> Self {
+    pub fn refuse(code: &'static str, reason: impl Into<Cow<'static, str>>) -> Self {
         Self {
             kind: VerdictKind::Refuse,
             code,
