@@ -258,9 +258,18 @@ pub async fn keys_op(
         gid: user.gid,
         home: user.home.clone(),
         limits: Limits::default(),
+        cgroups: Vec::new(),
         action: Action::Keys { op },
     };
-    let done = launch(launcher, &plan, input, output, Duration::from_secs(600)).await?;
+    let done = launch(
+        launcher,
+        &plan,
+        input,
+        output,
+        Duration::from_secs(600),
+        None,
+    )
+    .await?;
     match done.report {
         StatusReport::Done(v) => Ok(v),
         StatusReport::Failed(e) => Err(e.into()),

@@ -24,6 +24,7 @@ use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -132,6 +133,36 @@ fn check_target(plan: &LaunchPlan) -> Result<(), LaunchError> {
     Ok(())
 }
 
+/// Moves this process into the call's cgroups, as root, before the drop.
+/// Only `cgroup.procs` files of the worker's own `tono/call-*` cgroups.
+fn enter_cgroups(plan: &LaunchPlan) -> Result<(), LaunchError> {
+    for procs in &plan.cgroups {
+        let text = procs.to_string_lossy();
+        let ours = text.starts_with("/sys/fs/cgroup/")
+            && text.ends_with("/cgroup.procs")
+            && text.contains("/tono/call-")
+            && !text.contains("/../");
+        if !ours {
+            return Err(plan_error(
+                "cgroup_invalid",
+                format!("{text} is not a tono call cgroup"),
+            ));
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(procs)
+            .and_then(|mut f| f.write_all(b"0"))
+            .map_err(|e| LaunchError {
+                stage: Stage::Drop,
+                code: "cgroup_enter_failed".into(),
+                message: format!("entering {text}: {e}"),
+                errno: e.raw_os_error(),
+            })?;
+    }
+    Ok(())
+}
+
 fn drop_error(what: &str) -> impl FnOnce(Errno) -> LaunchError + '_ {
     move |e| LaunchError::sys(Stage::Drop, "drop_failed", what, e)
 }
@@ -182,6 +213,7 @@ fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
     )
     .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
     check_target(&plan)?;
+    enter_cgroups(&plan)?;
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
     match &plan.action {

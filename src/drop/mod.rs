@@ -7,6 +7,7 @@
 //! user-chosen code runs. All `unsafe` of the crate is in [`sys`].
 
 pub mod builtin;
+pub mod cgroup;
 #[cfg(feature = "read-tool")]
 pub mod fetch;
 pub mod launcher;

@@ -45,6 +45,9 @@ pub struct Outcome {
     pub duration_us: u64,
     /// Why the program never started, or why exec failed.
     pub launch_error: Option<LaunchError>,
+    /// The limits that were really in force (cgroup, pids, rlimits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<super::cgroup::AppliedLimits>,
     /// A built-in operation's result (file tools, key store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
@@ -68,6 +71,7 @@ impl Outcome {
             stderr_truncated: false,
             duration_us: 0,
             launch_error: error,
+            limits: None,
             result: None,
         }
     }
@@ -88,6 +92,9 @@ impl Outcome {
         out.stderr = String::from_utf8_lossy(&done.stderr.bytes).into_owned();
         out.stderr_truncated = done.stderr.truncated;
         out.duration_us = done.duration.as_micros().min(u64::MAX as u128) as u64;
+        if let Some(e) = &done.cgroup_error {
+            out.stderr.push_str(&format!("\n[tono-seal: the call's cgroup could not be emptied: {e}; the user is marked dirty]"));
+        }
         let (code, signal) = match done.status {
             Some(s) => (s.code(), s.signal()),
             None => (None, None),

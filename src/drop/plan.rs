@@ -29,6 +29,9 @@ pub struct LaunchPlan {
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
+    /// `cgroup.procs` files of the call's own cgroups, entered as root.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
     /// What to do once dropped.
     pub action: Action,
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::cgroup::{self, AppliedLimits, CallCgroup};
 use super::outcome::Outcome;
 use super::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
 use super::report::{LaunchError, Stage};
@@ -64,6 +65,10 @@ pub struct RunOptions {
     pub output: Output,
     /// Resource limits.
     pub limits: Limits,
+    /// Run the call in its own cgroup (killed as a whole when it ends).
+    pub cgroup: bool,
+    /// `pids.max` of the call's cgroup, where the pids controller exists.
+    pub pids_max: u64,
 }
 
 impl Default for RunOptions {
@@ -74,6 +79,8 @@ impl Default for RunOptions {
             input: Input::Null,
             output: Output::Capture(DEFAULT_MAX_OUTPUT),
             limits: Limits::default(),
+            cgroup: true,
+            pids_max: super::cgroup::DEFAULT_PIDS_MAX,
         }
     }
 }
@@ -325,12 +332,42 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         Ok(p) => p,
         Err(refusal) => return Outcome::not_run(&refusal, tool, None),
     };
+    let uid = req.user.uid;
+    if cgroup::is_dirty(uid) && !cgroup::cleanup(uid) {
+        let error = LaunchError::new(
+            Stage::Spawn,
+            "user_dirty",
+            "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
+        );
+        return Outcome::not_run(&verdict, tool, Some(error));
+    }
+    let (call_cgroup, mut applied) = if req.options.cgroup {
+        match CallCgroup::create(cgroup::mounts(), uid, req.options.pids_max) {
+            Ok((cg, applied)) => (Some(cg), applied),
+            Err(e) => {
+                let error = LaunchError::new(
+                    Stage::Spawn,
+                    "cgroup_create_failed",
+                    format!("creating the call's cgroup: {e}"),
+                );
+                return Outcome::not_run(&verdict, tool, Some(error));
+            }
+        }
+    } else {
+        (None, AppliedLimits::default())
+    };
+    applied.rlimit_nproc = req.options.limits.nproc;
+    applied.rlimit_nofile = req.options.limits.nofile;
     let plan = LaunchPlan {
         user: req.user.name.clone(),
         uid: req.user.uid,
         gid: req.user.gid,
         home: req.user.home.clone(),
         limits: req.options.limits,
+        cgroups: call_cgroup
+            .as_ref()
+            .map(CallCgroup::procs_files)
+            .unwrap_or_default(),
         action: prepared.action,
     };
     let timeout = prepared
@@ -340,10 +377,24 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         Output::Capture(_) => Output::Capture(req.options.max_output),
         Output::Inherit => Output::Inherit,
     };
-    match launch(req.launcher, &plan, req.options.input, output, timeout).await {
-        Ok(done) => Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done),
+    let mut outcome = match launch(
+        req.launcher,
+        &plan,
+        req.options.input,
+        output,
+        timeout,
+        call_cgroup,
+    )
+    .await
+    {
+        Ok(done) => {
+            applied.pids_max_hits = done.pids_max_hits;
+            Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done)
+        }
         Err(error) => Outcome::not_run(&verdict, tool, Some(error)),
-    }
+    };
+    outcome.limits = Some(applied);
+    outcome
 }
 
 /// Runs a `Stay` read inside the worker (no launch, no user).

@@ -20,6 +20,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
+use super::cgroup::CallCgroup;
 use super::plan::LaunchPlan;
 use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
 use super::sys;
@@ -109,11 +110,17 @@ pub struct Finished {
     pub report: StatusReport,
     /// From spawn to reap.
     pub duration: Duration,
+    /// Why the call's cgroup could not be emptied and removed, if so.
+    pub cgroup_error: Option<String>,
+    /// How often a fork hit the call's `pids.max`.
+    pub pids_max_hits: u64,
 }
 
-/// Kills and reaps the child if the launch is abandoned.
+/// Kills and reaps the child (and empties its cgroup) if the launch is
+/// abandoned.
 struct ChildGuard {
     child: Option<Child>,
+    cgroup: Option<CallCgroup>,
 }
 
 impl ChildGuard {
@@ -126,6 +133,9 @@ impl ChildGuard {
     fn kill_group(&self) {
         if let Some(pgid) = self.pgid() {
             let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_now();
         }
     }
 
@@ -140,6 +150,9 @@ impl Drop for ChildGuard {
             let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(cg) = self.cgroup.take() {
+            let _ = cg.finish();
         }
     }
 }
@@ -174,6 +187,7 @@ pub async fn launch(
     input: Input,
     output: Output,
     timeout: Duration,
+    cgroup: Option<CallCgroup>,
 ) -> Result<Finished, LaunchError> {
     let plan_bytes = serde_json::to_vec(plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
@@ -203,7 +217,10 @@ pub async fn launch(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let pid = child.id();
-    let mut guard = ChildGuard { child: Some(child) };
+    let mut guard = ChildGuard {
+        child: Some(child),
+        cgroup,
+    };
 
     let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;
@@ -274,6 +291,11 @@ pub async fn launch(
             _ = sleep_until_opt(drain_until) => break,
         }
     }
+    let (pids_max_hits, cgroup_error) = match guard.cgroup.take().map(CallCgroup::finish) {
+        Some(Ok(hits)) => (hits, None),
+        Some(Err(e)) => (0, Some(e)),
+        None => (0, None),
+    };
     let duration = started.elapsed();
     Ok(Finished {
         status: exit.flatten(),
@@ -282,5 +304,7 @@ pub async fn launch(
         stderr: captured_err,
         report: StatusReport::decode(&status_bytes),
         duration,
+        cgroup_error,
+        pids_max_hits,
     })
 }

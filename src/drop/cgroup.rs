@@ -1,0 +1,314 @@
+//! A cgroup per call, so that no process outlives its call.
+//!
+//! The worker creates, under root-owned bases of its own (`<v2>/tono/` and,
+//! where the v1 `pids` controller is mounted, `<pids>/tono/`), one child
+//! cgroup per call; the launcher enters it while still root, before the
+//! drop. The cgroup files stay root's, so the user cannot move itself out.
+//! When the call ends the worker writes `1` to `cgroup.kill`, waits
+//! (bounded) for `populated 0`, and removes the cgroup. A cgroup that cannot
+//! be emptied marks its user dirty: no new call for that user starts until
+//! a later cleanup succeeds. Only cgroups this module created are touched.
+//!
+//! Limits: `pids.max` through the v1 pids controller where it exists (the v2
+//! hierarchy on a hybrid host delegates no controller). What was really
+//! applied is reported in [`AppliedLimits`]; nothing is claimed that is not.
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// The folder name of the worker's own cgroup bases.
+pub const BASE_NAME: &str = "tono";
+/// Default `pids.max` of one call.
+pub const DEFAULT_PIDS_MAX: u64 = 256;
+/// How long the worker waits for a killed cgroup to empty.
+pub const EMPTY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The limits that were really in force for a call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedLimits {
+    /// The call ran in its own cgroup v2 (killed as a whole at the end).
+    pub cgroup_v2: bool,
+    /// `pids.max`, and by which controller.
+    pub pids_max: Option<(u64, String)>,
+    /// `RLIMIT_NPROC` (processes of the uid, across calls).
+    pub rlimit_nproc: u64,
+    /// `RLIMIT_NOFILE`.
+    pub rlimit_nofile: u64,
+    /// How many times a fork in the call hit `pids.max`.
+    #[serde(default)]
+    pub pids_max_hits: u64,
+    /// The fallback used when there is no cgroup v2: none in this build
+    /// (see the module docs); said here so it is never assumed.
+    pub note: Option<String>,
+}
+
+/// Where the cgroup hierarchies are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mounts {
+    /// The cgroup2 mount.
+    pub v2: Option<PathBuf>,
+    /// The cgroup v1 mount carrying the `pids` controller.
+    pub v1_pids: Option<PathBuf>,
+}
+
+impl Mounts {
+    /// Reads `/proc/self/mountinfo`.
+    pub fn detect() -> Self {
+        let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        Self::parse(&text)
+    }
+
+    /// Parses mountinfo text.
+    pub fn parse(text: &str) -> Self {
+        let mut mounts = Self {
+            v2: None,
+            v1_pids: None,
+        };
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let Some(point) = left.split_whitespace().nth(4) else {
+                continue;
+            };
+            let mut r = right.split_whitespace();
+            let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
+            match fstype {
+                Some("cgroup2") if mounts.v2.is_none() => mounts.v2 = Some(PathBuf::from(point)),
+                Some("cgroup") if options.split(',').any(|o| o == "pids") => {
+                    mounts.v1_pids = Some(PathBuf::from(point))
+                }
+                _ => {}
+            }
+        }
+        mounts
+    }
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+static LEFTOVER: Mutex<Vec<CallCgroup>> = Mutex::new(Vec::new());
+static MOUNTS: std::sync::OnceLock<Mounts> = std::sync::OnceLock::new();
+
+/// The mounts, read once per process (they do not move under a worker).
+pub fn mounts() -> &'static Mounts {
+    MOUNTS.get_or_init(Mounts::detect)
+}
+
+/// Retries the removal of `uid`'s leftover cgroups; true when none is left.
+pub fn cleanup(uid: u32) -> bool {
+    let Ok(mut left) = LEFTOVER.lock() else {
+        return false;
+    };
+    let mut still = Vec::new();
+    for cg in left.drain(..) {
+        if cg.uid != uid || cg.kill_and_remove().is_err() {
+            still.push(cg);
+        }
+    }
+    let clean = !still.iter().any(|c| c.uid == uid);
+    *left = still;
+    set_dirty(uid, !clean);
+    clean
+}
+static DIRTY: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+/// Whether a user has a cgroup left that could not be emptied.
+pub fn is_dirty(uid: u32) -> bool {
+    DIRTY
+        .lock()
+        .map(|d| d.as_ref().is_some_and(|s| s.contains(&uid)))
+        .unwrap_or(true)
+}
+
+fn set_dirty(uid: u32, dirty: bool) {
+    if let Ok(mut d) = DIRTY.lock() {
+        let set = d.get_or_insert_with(HashSet::new);
+        if dirty {
+            set.insert(uid);
+        } else {
+            set.remove(&uid);
+        }
+    }
+}
+
+/// One call's cgroups.
+#[derive(Debug)]
+pub struct CallCgroup {
+    /// The v2 cgroup of the call.
+    pub v2: Option<PathBuf>,
+    /// The v1 pids cgroup of the call.
+    pub pids: Option<PathBuf>,
+    uid: u32,
+}
+
+fn ensure_base(mount: &Path) -> io::Result<PathBuf> {
+    let base = mount.join(BASE_NAME);
+    match fs::create_dir(&base) {
+        Ok(()) => Ok(base),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(base),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+impl CallCgroup {
+    /// Creates the call's cgroups for `uid` and sets `pids_max` where the
+    /// pids controller exists. Without cgroup v2 the call has none.
+    pub fn create(mounts: &Mounts, uid: u32, pids_max: u64) -> io::Result<(Self, AppliedLimits)> {
+        let name = format!(
+            "call-{}-{}-{}",
+            std::process::id(),
+            uid,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut limits = AppliedLimits::default();
+        let v2 = match &mounts.v2 {
+            Some(m) => {
+                let dir = ensure_base(m)?.join(&name);
+                fs::create_dir(&dir)?;
+                limits.cgroup_v2 = true;
+                Some(dir)
+            }
+            None => {
+                limits.note = Some(
+                    "no cgroup v2: processes that leave the process group are not killed".into(),
+                );
+                None
+            }
+        };
+        let pids = match &mounts.v1_pids {
+            Some(m) => {
+                let made = ensure_base(m).and_then(|base| {
+                    let dir = base.join(&name);
+                    fs::create_dir(&dir)?;
+                    if let Err(e) = write_file(&dir.join("pids.max"), &pids_max.to_string()) {
+                        let _ = fs::remove_dir(&dir);
+                        return Err(e);
+                    }
+                    Ok(dir)
+                });
+                match made {
+                    Ok(dir) => {
+                        limits.pids_max = Some((pids_max, "cgroup v1 pids".into()));
+                        Some(dir)
+                    }
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        Ok((Self { v2, pids, uid }, limits))
+    }
+
+    /// The `cgroup.procs` files the launcher writes `0` into, as root.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.v2
+            .iter()
+            .chain(self.pids.iter())
+            .map(|d| d.join("cgroup.procs"))
+            .collect()
+    }
+
+    /// Kills everything in the v2 cgroup now, without waiting.
+    pub fn kill_now(&self) {
+        if let Some(dir) = &self.v2 {
+            let _ = write_file(&dir.join("cgroup.kill"), "1");
+        }
+    }
+
+    /// Kills everything in the call, waits for it to empty, removes it.
+    /// On failure the user is marked dirty, the cgroup is kept for a later
+    /// [`cleanup`], and the error says why.
+    pub fn finish(self) -> Result<u64, String> {
+        let hits = self.pids_max_hits();
+        let result = self.kill_and_remove().map(|()| hits);
+        if result.is_err() {
+            set_dirty(self.uid, true);
+            if let Ok(mut left) = LEFTOVER.lock() {
+                left.push(self);
+            }
+        }
+        result
+    }
+
+    /// How often `pids.max` refused a fork (`max` in `pids.events`).
+    fn pids_max_hits(&self) -> u64 {
+        let Some(dir) = &self.pids else { return 0 };
+        let events = fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
+        events
+            .lines()
+            .find_map(|l| l.strip_prefix("max "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn kill_and_remove(&self) -> Result<(), String> {
+        if let Some(dir) = &self.v2 {
+            write_file(&dir.join("cgroup.kill"), "1").map_err(|e| format!("cgroup.kill: {e}"))?;
+            let deadline = Instant::now() + EMPTY_TIMEOUT;
+            loop {
+                let events = fs::read_to_string(dir.join("cgroup.events"))
+                    .map_err(|e| format!("cgroup.events: {e}"))?;
+                if events.lines().any(|l| l == "populated 0") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{} did not empty within {EMPTY_TIMEOUT:?}",
+                        dir.display()
+                    ));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            fs::remove_dir(dir).map_err(|e| format!("rmdir {}: {e}", dir.display()))?;
+        }
+        if let Some(dir) = &self.pids {
+            // Emptied by the v2 kill; without v2, nothing ran outside the group
+            // that was killed, so this waits only for the reaping.
+            let deadline = Instant::now() + EMPTY_TIMEOUT;
+            loop {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_micros(200))
+                    }
+                    Err(e) => return Err(format!("rmdir {}: {e}", dir.display())),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_hybrid_mounts() {
+        let text = "30 25 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n\
+                    35 25 0:31 / /sys/fs/cgroup/pids rw,nosuid shared:14 - cgroup cgroup rw,pids\n\
+                    36 25 0:32 / /sys/fs/cgroup/memory rw shared:15 - cgroup cgroup rw,memory\n";
+        let m = Mounts::parse(text);
+        assert_eq!(m.v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(m.v1_pids.as_deref(), Some(Path::new("/sys/fs/cgroup/pids")));
+    }
+}

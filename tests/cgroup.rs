@@ -1,0 +1,247 @@
+//! No process outlives its call: every drop runs in its own cgroup, killed
+//! as a whole when the call ends; a fork bomb hits its own `pids.max`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{launcher, TestUser};
+use serde_json::json;
+use tono_seal::classify::Policy;
+use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
+use tono_seal::drop::user::TargetUser;
+use tono_seal::Outcome;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn shell(user: &TargetUser, command: &str, timeout: Duration) -> Outcome {
+    let launcher = launcher();
+    let policy = Policy::default();
+    let raw = serde_json::to_vec(&json!({"tool": "shell", "args": {"command": command}})).unwrap();
+    let options = RunOptions {
+        timeout,
+        ..RunOptions::default()
+    };
+    drop_and_run(&DropRequest {
+        launcher: &launcher,
+        policy: &policy,
+        user,
+        grants: &[],
+        call: &raw,
+        options,
+    })
+    .await
+}
+
+/// Live (non-zombie) processes of `uid`, with their command lines.
+fn live_processes(uid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let uid_line = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap_or_default();
+        let state = status
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or_default();
+        if uid_line.split_whitespace().nth(1) == Some(&uid.to_string()) && !state.contains("zombie")
+        {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!(
+                "{}: {}",
+                entry.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ));
+        }
+    }
+    found
+}
+
+fn cgroups_left(uid: u32) -> Vec<String> {
+    let mut left = Vec::new();
+    for base in ["/sys/fs/cgroup/unified/tono", "/sys/fs/cgroup/pids/tono"] {
+        if let Ok(entries) = std::fs::read_dir(base) {
+            for e in entries.flatten() {
+                if e.path().is_dir()
+                    && e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("call-{}-{uid}-", std::process::id()))
+                {
+                    left.push(e.path().display().to_string());
+                }
+            }
+        }
+    }
+    left
+}
+
+#[test]
+fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives() {
+    need_root!();
+    let u = TestUser::with_key();
+    let rt = rt();
+    rt.block_on(async {
+        let user = u.user.clone();
+        let long = tokio::spawn(async move {
+            shell(&user, "sleep 3; echo survived", Duration::from_secs(20)).await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for escape in [
+            "setsid sleep 1000 & sleep 0.3; echo started",
+            "(sh -c 'sleep 1000 &' &) ; sleep 0.3; echo started",
+            "nohup sleep 1000 >/dev/null 2>&1 & sleep 0.3; echo started",
+            "sh -c 'trap \"\" TERM HUP; kill -STOP $$; sleep 1000' & sleep 0.2; echo started",
+        ] {
+            let started = Instant::now();
+            let out = shell(&u.user, escape, Duration::from_secs(10)).await;
+            assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{escape}: took {:?}",
+                started.elapsed()
+            );
+            let left: Vec<String> = live_processes(u.user.uid)
+                .into_iter()
+                .filter(|p| p.contains("1000"))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "{escape}: processes outlived the call: {left:?}"
+            );
+            assert!(out.limits.as_ref().unwrap().cgroup_v2, "{out:?}");
+        }
+        // Control: without the cgroup the same escape survives the call, so
+        // the checks above can see an escapee.
+        let launcher = launcher();
+        let policy = Policy::default();
+        let raw = serde_json::to_vec(
+            &json!({"tool": "shell", "args": {"command": "setsid sleep 1000 & sleep 0.3; echo started"}}),
+        )
+        .unwrap();
+        let options = RunOptions {
+            cgroup: false,
+            ..RunOptions::default()
+        };
+        let req = DropRequest {
+            launcher: &launcher,
+            policy: &policy,
+            user: &u.user,
+            grants: &[],
+            call: &raw,
+            options,
+        };
+        let _ = drop_and_run(&req).await;
+        let escaped: Vec<String> = live_processes(u.user.uid)
+            .into_iter()
+            .filter(|p| p.contains("1000"))
+            .collect();
+        assert!(
+            !escaped.is_empty(),
+            "the control escapee should have survived without a cgroup"
+        );
+        let _ = std::process::Command::new("pkill")
+            .args(["-KILL", "-f", "-u", u.name(), "sleep 1000"])
+            .status();
+        let long = long.await.unwrap();
+        assert_eq!(
+            long.stdout.trim(),
+            "survived",
+            "the concurrent call was killed: {long:?}"
+        );
+    });
+    assert!(
+        cgroups_left(u.user.uid).is_empty(),
+        "{:?}",
+        cgroups_left(u.user.uid)
+    );
+}
+
+#[test]
+fn a_fork_bomb_hits_its_own_pids_max_and_others_finish() {
+    need_root!();
+    let (bomber, other) = (TestUser::with_key(), TestUser::with_key());
+    let rt = rt();
+    rt.block_on(async {
+        let o = other.user.clone();
+        let calm =
+            tokio::spawn(
+                async move { shell(&o, "sleep 1; echo calm", Duration::from_secs(30)).await },
+            );
+        let bomb = shell(
+            &bomber.user,
+            "bomb() { bomb | bomb & }; bomb; sleep 2",
+            Duration::from_secs(3),
+        )
+        .await;
+        let limits = bomb.limits.clone().unwrap();
+        assert!(limits.pids_max.is_some(), "{bomb:?}");
+        assert!(
+            limits.pids_max_hits > 0,
+            "the bomb should have hit pids.max: {limits:?}"
+        );
+        let calm = calm.await.unwrap();
+        assert_eq!(calm.stdout.trim(), "calm", "{calm:?}");
+        assert!(
+            live_processes(bomber.user.uid).is_empty(),
+            "{:?}",
+            live_processes(bomber.user.uid)
+        );
+    });
+}
+
+#[test]
+fn a_thousand_calls_leave_no_cgroup_behind() {
+    need_root!();
+    let u = TestUser::with_key();
+    let rt = rt();
+    let started = Instant::now();
+    rt.block_on(async {
+        for i in 0..1000 {
+            let out = shell(&u.user, "true", Duration::from_secs(10)).await;
+            assert_eq!(out.exit_code, Some(0), "call {i}: {out:?}");
+        }
+    });
+    eprintln!("1000 sequential calls in {:?}", started.elapsed());
+    assert!(
+        cgroups_left(u.user.uid).is_empty(),
+        "{:?}",
+        cgroups_left(u.user.uid)
+    );
+}
+
+#[test]
+fn the_user_cannot_leave_or_make_cgroups() {
+    need_root!();
+    let u = TestUser::with_key();
+    let out = rt().block_on(shell(
+        &u.user,
+        "me=$(sed -n 's/^0:://p' /proc/self/cgroup); d=/sys/fs/cgroup/unified$me; \
+         echo $$ > $d/cgroup.procs 2>/dev/null; echo own=$?; \
+         echo $$ > /sys/fs/cgroup/unified/cgroup.procs 2>/dev/null; echo root=$?; \
+         echo $$ > $(dirname $d)/cgroup.procs 2>/dev/null; echo parent=$?; \
+         mkdir $d/sub 2>/dev/null; echo mk=$?; mkdir /sys/fs/cgroup/unified/tono/x 2>/dev/null; echo mkbase=$?; \
+         pd=$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); echo $$ > /sys/fs/cgroup/pids/cgroup.procs 2>/dev/null; echo pidsroot=$?; \
+         echo 100000 > /sys/fs/cgroup/pids$pd/pids.max 2>/dev/null; echo pidsmax=$?",
+        Duration::from_secs(10),
+    ));
+    for probe in [
+        "own", "root", "parent", "mk", "mkbase", "pidsroot", "pidsmax",
+    ] {
+        assert!(
+            out.stdout.contains(&format!("{probe}=1"))
+                || out.stdout.contains(&format!("{probe}=2")),
+            "{probe}: {}",
+            out.stdout
+        );
+    }
+}
