@@ -302,7 +302,10 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 print_json(&v)?;
             } else {
                 if let Some(kept) = v["replaced_identity_kept_at"].as_str() {
-                    eprintln!("tono-seal: the old identity was kept at {kept}");
+                    eprintln!(
+                        "tono-seal: the old identity was kept at {kept}; {} secret(s) are still sealed to it",
+                        v["secrets_sealed_to_replaced_key"]
+                    );
                 }
                 println!("{}", v["recipient"].as_str().unwrap_or_default());
             }

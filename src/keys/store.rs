@@ -63,6 +63,10 @@ pub struct KeygenReport {
     pub recipient: String,
     /// Where a replaced identity was kept, with `--force`.
     pub replaced_identity_kept_at: Option<String>,
+    /// Secrets still sealed to the replaced key (they open only with the
+    /// kept file; `rotate` before `keygen --force` avoids this).
+    #[serde(default)]
+    pub secrets_sealed_to_replaced_key: usize,
 }
 
 /// What `rotate` did.
@@ -175,12 +179,18 @@ impl KeyStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(KeysError::io("stat identity", &path, e)),
         }
+        let orphaned = if kept.is_some() {
+            self.list().map(|l| l.len()).unwrap_or(0)
+        } else {
+            0
+        };
         let ids = IdentitySet::generate();
         self.write_identity(&ids)?;
         self.write_recipient(&ids)?;
         Ok(KeygenReport {
             recipient: ids.recipient().to_string(),
             replaced_identity_kept_at: kept,
+            secrets_sealed_to_replaced_key: orphaned,
         })
     }
 
@@ -352,6 +362,22 @@ impl KeyStore {
         hook: &mut dyn FnMut(RotateStep) -> bool,
     ) -> Result<RotateReport, KeysError> {
         let old = self.identities()?;
+        // Refuse before changing anything if a secret does not open now:
+        // re-sealing would fail half-way, and dropping keys would not help.
+        let mut unopenable = Vec::new();
+        for info in self.list()? {
+            let name = SecretName::parse(&info.name)?;
+            match self.unseal_with(&name, &old) {
+                Ok(plain) => drop(plain),
+                Err(e) => unopenable.push(format!("{} ({e})", info.name)),
+            }
+        }
+        if !unopenable.is_empty() {
+            return Err(KeysError::SecretCorrupt {
+                name: unopenable.join(", "),
+                reason: "these secrets do not open with the current identity, so nothing was rotated; remove or re-seal them first".into(),
+            });
+        }
         let fresh = IdentitySet::generate();
         let recipient = fresh.recipient();
         let report = |resealed| RotateReport {
@@ -516,6 +542,32 @@ mod tests {
                 assert_eq!(store.unseal(&name(n)).unwrap().expose_secret(), v);
             }
         }
+    }
+
+    #[test]
+    fn rotate_refuses_up_front_when_a_secret_does_not_open() {
+        let (home, store) = store();
+        store.seal(&name("good"), b"v").unwrap();
+        let foreign = seal::seal(b"x", &IdentitySet::generate().recipient()).unwrap();
+        std::fs::write(home.path().join(".tono/secrets/foreign.age"), foreign).unwrap();
+        let before = std::fs::read(store.identity_path()).unwrap();
+        assert!(matches!(
+            store.rotate(),
+            Err(KeysError::SecretCorrupt { .. })
+        ));
+        assert_eq!(
+            std::fs::read(store.identity_path()).unwrap(),
+            before,
+            "nothing changed"
+        );
+        assert_eq!(
+            store
+                .unseal(&name("good"))
+                .unwrap()
+                .expose_secret()
+                .as_slice(),
+            b"v"
+        );
     }
 
     #[test]
