@@ -165,6 +165,23 @@ pub enum Command {
     },
     /// Show the guarantees on this machine with two throwaway users.
     Demo,
+    /// Prove on this machine that the isolation between users is real.
+    Verify {
+        /// A user to probe (repeat for several).
+        #[arg(long = "user", short = 'u', required = true)]
+        users: Vec<String>,
+        /// Tenant secret folder, probed if present.
+        #[arg(long, default_value = "/etc/tonoman/secrets")]
+        tenant_secrets: PathBuf,
+        /// A path no probed user may read or write (repeatable).
+        #[arg(long)]
+        protect: Vec<PathBuf>,
+        /// Installed code no probed user may write (besides tono-seal and tono-launch).
+        #[arg(long)]
+        code: Vec<PathBuf>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// Classify raw tool calls, one JSON line each on stdin.
     Classify {
         /// A policy file (JSON); the built-in default otherwise.
@@ -487,6 +504,13 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             concurrency,
         } => serve::serve_stdio(launcher, concurrency.max(1)).await,
         Command::Demo => demo::demo(launcher).await,
+        Command::Verify {
+            users,
+            tenant_secrets,
+            protect,
+            code,
+            json,
+        } => verify_command(launcher, &users, tenant_secrets, protect, code, json.json).await,
         Command::Classify { policy } => classify_lines(&load_policy(policy.as_deref())?),
         Command::Policy {
             action: PolicyAction::Check { file },
@@ -523,6 +547,69 @@ fn classify_lines(policy: &Policy) -> Result<i32, CliError> {
     }
     out.flush().map_err(io)?;
     Ok(exit::OK)
+}
+
+/// `verify`: exit 0 if every probe passed, 1 if any failed, 2 if it could
+/// not run.
+async fn verify_command(
+    launcher: &Launcher,
+    users: &[String],
+    tenant_secrets: PathBuf,
+    protect: Vec<PathBuf>,
+    mut code: Vec<PathBuf>,
+    json: bool,
+) -> Result<i32, CliError> {
+    use crate::drop::probe::{verify, VerifyPlan};
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::usage(
+            "verify runs probes as other users and must run as root",
+        ));
+    }
+    let users = users
+        .iter()
+        .map(|u| TargetUser::resolve(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Ok(me) = std::env::current_exe() {
+        code.insert(0, me);
+    }
+    code.insert(1.min(code.len()), launcher.path().to_path_buf());
+    let plan = VerifyPlan {
+        users,
+        tenant_secrets,
+        protect,
+        code,
+    };
+    let probes = verify(launcher, &plan)
+        .await
+        .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
+    let failed = probes.iter().filter(|p| !p.pass).count();
+    if json {
+        print_json(
+            &serde_json::json!({ "passed": probes.len() - failed, "failed": failed, "probes": probes }),
+        )?;
+    } else {
+        println!(
+            "{:<6} {:<15} {:>6} {:<8} {:<62} got",
+            "result", "as", "uid", "expected", "probe"
+        );
+        for p in &probes {
+            let expected = serde_json::to_value(p.expected)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            println!(
+                "{:<6} {:<15} {:>6} {:<8} {:<62} {}",
+                if p.pass { "pass" } else { "FAIL" },
+                p.user,
+                p.uid,
+                expected,
+                p.tried,
+                p.got
+            );
+        }
+        println!("{} passed, {} failed", probes.len() - failed, failed);
+    }
+    Ok(if failed == 0 { exit::OK } else { exit::FAILED })
 }
 
 /// One tool call through `drop_and_run` with the default policy.
