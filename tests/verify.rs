@@ -174,3 +174,57 @@ fn verify_inside_a_user_namespace_does_not_pass() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("FAIL") || !o.stderr.is_empty(), "{out}");
 }
+
+#[test]
+fn three_uid_mode_passes_and_an_executor_writable_rulebase_fails_its_probe() {
+    need_root!();
+    let (agent, executor, gate) = (
+        TestUser::with_key(),
+        TestUser::with_key(),
+        TestUser::with_key(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let rulebase = dir.path().join("rulebase");
+    std::fs::write(&rulebase, b"allow nothing").unwrap();
+    std::os::unix::fs::chown(&rulebase, Some(gate.user.uid), Some(gate.user.gid)).unwrap();
+    std::fs::set_permissions(
+        &rulebase,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let args = [
+        "--agent",
+        agent.name(),
+        "--executor",
+        executor.name(),
+        "--gate",
+        gate.name(),
+        "--protect",
+        rulebase.to_str().unwrap(),
+    ];
+    let (code, probes) = verify(&args);
+    assert_eq!(code, 0, "{:?}", failing(&probes));
+    assert!(probes.iter().any(
+        |p| p["tried"].as_str().unwrap().starts_with("read protected") && p["user"] == agent.name()
+    ));
+    // The rulebase made writable by the executor's group.
+    std::os::unix::fs::chown(&rulebase, None, Some(executor.user.gid)).unwrap();
+    std::fs::set_permissions(
+        &rulebase,
+        std::os::unix::fs::PermissionsExt::from_mode(0o660),
+    )
+    .unwrap();
+    let (code, probes) = verify(&args);
+    let f = failing(&probes);
+    assert_eq!(code, 1);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with("write protected") && f[0].contains(executor.name()),
+        "{f:?}"
+    );
+}

@@ -168,8 +168,17 @@ pub enum Command {
     /// Prove on this machine that the isolation between users is real.
     Verify {
         /// A user to probe (repeat for several).
-        #[arg(long = "user", short = 'u', required = true)]
+        #[arg(long = "user", short = 'u', required_unless_present = "agent")]
         users: Vec<String>,
+        /// Three-uid mode: the agent user.
+        #[arg(long, requires_all = ["executor", "gate"])]
+        agent: Option<String>,
+        /// Three-uid mode: the executor user.
+        #[arg(long, requires_all = ["agent", "gate"])]
+        executor: Option<String>,
+        /// Three-uid mode: the gate user (its assets are the --protect paths).
+        #[arg(long, requires_all = ["agent", "executor"])]
+        gate: Option<String>,
         /// Tenant secret folder, probed if present.
         #[arg(long, default_value = "/etc/tonoman/secrets")]
         tenant_secrets: PathBuf,
@@ -505,12 +514,39 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         } => serve::serve_stdio(launcher, concurrency.max(1)).await,
         Command::Demo => demo::demo(launcher).await,
         Command::Verify {
-            users,
+            mut users,
+            agent,
+            executor,
+            gate,
             tenant_secrets,
             protect,
             code,
             json,
-        } => verify_command(launcher, &users, tenant_secrets, protect, code, json.json).await,
+        } => {
+            let roles = match (agent, executor, gate) {
+                (Some(a), Some(e), Some(g)) => {
+                    let [a_id, e_id, g_id] =
+                        [&a, &e, &g].map(|u| TargetUser::resolve(u).map(|t| t.uid));
+                    users.extend([a, e, g]);
+                    Some(crate::drop::probe::Roles {
+                        agent: a_id?,
+                        executor: e_id?,
+                        gate: g_id?,
+                    })
+                }
+                _ => None,
+            };
+            verify_command(
+                launcher,
+                &users,
+                tenant_secrets,
+                protect,
+                code,
+                roles,
+                json.json,
+            )
+            .await
+        }
         Command::Classify { policy } => classify_lines(&load_policy(policy.as_deref())?),
         Command::Policy {
             action: PolicyAction::Check { file },
@@ -557,6 +593,7 @@ async fn verify_command(
     tenant_secrets: PathBuf,
     protect: Vec<PathBuf>,
     mut code: Vec<PathBuf>,
+    roles: Option<crate::drop::probe::Roles>,
     json: bool,
 ) -> Result<i32, CliError> {
     use crate::drop::probe::{verify, VerifyPlan};
@@ -578,6 +615,7 @@ async fn verify_command(
         tenant_secrets,
         protect,
         code,
+        roles,
     };
     let probes = verify(launcher, &plan)
         .await

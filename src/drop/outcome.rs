@@ -134,3 +134,99 @@ impl Outcome {
         self.launch_error.is_none() && !self.timed_out && self.exit_code == Some(0)
     }
 }
+
+/// The largest [`SandboxedResult`] a trusted side accepts, in bytes.
+pub const MAX_SANDBOXED_RESULT_BYTES: usize = 4 * 1024 * 1024;
+/// The longest stdout or stderr a [`SandboxedResult`] may carry.
+pub const MAX_SANDBOXED_STREAM_BYTES: usize = 1024 * 1024;
+
+/// A structured result from a sandboxed run, as a trusted side (a gate)
+/// consumes it from an untrusted one (an executor): the exit status comes
+/// from `waitpid` through [`Outcome`], never from scraping logs. Parsing is
+/// strict: a size cap, no duplicate keys, no unknown fields, bounded
+/// streams; anything else is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxedResult {
+    /// The user the run went as.
+    pub uid: u32,
+    /// Exit code, if the program exited.
+    pub exit_code: Option<i32>,
+    /// Signal, if one killed it.
+    pub signal: Option<i32>,
+    /// The timeout fired.
+    pub timed_out: bool,
+    /// The typed launch error's code, if the program never ran.
+    pub launch_error: Option<String>,
+    /// Standard output (bounded).
+    pub stdout: String,
+    /// Standard error (bounded).
+    pub stderr: String,
+}
+
+impl SandboxedResult {
+    /// The result of a finished call.
+    pub fn from_outcome(outcome: &Outcome) -> Self {
+        let cut = |s: &str| {
+            let mut end = s.len().min(MAX_SANDBOXED_STREAM_BYTES);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_owned()
+        };
+        Self {
+            uid: outcome.uid.unwrap_or(0),
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            timed_out: outcome.timed_out,
+            launch_error: outcome.launch_error.as_ref().map(|e| e.code.clone()),
+            stdout: cut(&outcome.stdout),
+            stderr: cut(&outcome.stderr),
+        }
+    }
+
+    /// Parses untrusted bytes, refusing anything out of shape.
+    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() > MAX_SANDBOXED_RESULT_BYTES {
+            return Err(format!(
+                "the result is over {MAX_SANDBOXED_RESULT_BYTES} bytes"
+            ));
+        }
+        let value =
+            crate::classify::call::parse_strict_json(bytes).map_err(|v| v.reason().to_owned())?;
+        let result: Self = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        if result.stdout.len() > MAX_SANDBOXED_STREAM_BYTES
+            || result.stderr.len() > MAX_SANDBOXED_STREAM_BYTES
+        {
+            return Err("a stream is over its cap".into());
+        }
+        if result.uid == 0 {
+            return Err("a sandboxed result never comes from uid 0".into());
+        }
+        if result.exit_code.is_some() && result.signal.is_some() {
+            return Err("a run cannot both exit and be killed".into());
+        }
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandboxed_results_parse_strictly() {
+        let ok = br#"{"uid":61001,"exit_code":0,"signal":null,"timed_out":false,"launch_error":null,"stdout":"ok","stderr":""}"#;
+        assert_eq!(SandboxedResult::parse(ok).unwrap().exit_code, Some(0));
+        for bad in [
+            &br#"{"uid":61001,"exit_code":0,"exit_code":1,"signal":null,"timed_out":false,"launch_error":null,"stdout":"","stderr":""}"#[..],
+            br#"{"uid":61001,"exit_code":0,"signal":null,"timed_out":false,"launch_error":null,"stdout":"","stderr":"","verdict":"pass"}"#,
+            br#"{"uid":0,"exit_code":0,"signal":null,"timed_out":false,"launch_error":null,"stdout":"","stderr":""}"#,
+            br#"{"uid":61001,"exit_code":0,"signal":9,"timed_out":false,"launch_error":null,"stdout":"","stderr":""}"#,
+            br#"PASS"#,
+            br#"{"uid":61001}"#,
+        ] {
+            assert!(SandboxedResult::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}

@@ -61,6 +61,22 @@ pub struct VerifyPlan {
     pub protect: Vec<PathBuf>,
     /// Installed code nobody probed may write (but all may read and run).
     pub code: Vec<PathBuf>,
+    /// Three-uid mode (agent, executor, gate), by uid: the `--protect` paths
+    /// are the gate's assets; the agent may neither read nor write them,
+    /// the executor may not write them, the gate itself is not probed on
+    /// them.
+    pub roles: Option<Roles>,
+}
+
+/// The three uids of the three-uid mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    /// The agent's uid.
+    pub agent: u32,
+    /// The executor's uid.
+    pub executor: u32,
+    /// The gate's uid.
+    pub gate: u32,
 }
 
 fn fact(tried: impl Into<String>, got: impl Into<String>, pass: bool) -> Probe {
@@ -199,12 +215,26 @@ fn script(me: &TargetUser, plan: &VerifyPlan, pids: &[(String, u32)]) -> String 
             q(&plan.tenant_secrets)
         ));
     }
+    let (may_read, may_write) = match plan.roles {
+        Some(r) if r.gate == me.uid => (true, true),
+        Some(r) if r.executor == me.uid => (true, false),
+        _ => (false, false),
+    };
     for p in &plan.protect {
-        s.push_str(&format!(
-            "probe 'D:read protected {0}' r {1}\nprobe 'D:write protected {0}' w {1}\n",
-            p.display(),
-            q(p)
-        ));
+        if !may_read {
+            s.push_str(&format!(
+                "probe 'D:read protected {0}' r {1}\n",
+                p.display(),
+                q(p)
+            ));
+        }
+        if !may_write {
+            s.push_str(&format!(
+                "probe 'D:write protected {0}' w {1}\n",
+                p.display(),
+                q(p)
+            ));
+        }
     }
     for c in &plan.code {
         s.push_str(&format!(
