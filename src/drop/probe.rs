@@ -149,6 +149,27 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
             ));
         }
     }
+    let mounts = super::cgroup::mounts();
+    out.push(fact(
+        "calls run in their own cgroup v2 (killed as a whole when they end)",
+        match &mounts.v2 {
+            Some(m) => format!("cgroup2 at {}", m.display()),
+            None => {
+                "no cgroup v2: a process that leaves its process group survives its call".into()
+            }
+        },
+        mounts.v2.is_some(),
+    ));
+    out.push(fact(
+        "limits in force for a call",
+        format!(
+            "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory: no limit (no memory controller delegated)",
+            if mounts.v1_pids.is_some() { super::cgroup::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)" } else { "not applied".into() },
+            super::plan::DEFAULT_NPROC,
+            super::plan::DEFAULT_NOFILE
+        ),
+        true,
+    ));
     for path in &plan.code {
         match std::fs::metadata(path) {
             Ok(m) => {
@@ -207,6 +228,13 @@ fn script(me: &TargetUser, plan: &VerifyPlan, pids: &[(String, u32)]) -> String 
             other.name,
             q(&h.join(".tono/secrets"))
         ));
+    }
+    for worker in ["/var/lib/tono/state", "/var/lib/tono/turns"] {
+        if std::path::Path::new(worker).exists() {
+            s.push_str(&format!(
+                "probe 'D:write worker folder {worker}' mk {worker}\n"
+            ));
+        }
     }
     if plan.tenant_secrets.exists() {
         s.push_str(&format!(
