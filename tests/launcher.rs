@@ -269,12 +269,42 @@ fn the_tool_gets_only_stdio_fds() {
         )
         .unwrap();
     }
-    let out = shell(&u.user, &[], "ls /proc/$$/fd | sort -n | tr '\\n' ' '", &[]);
-    assert_eq!(out.stdout.trim(), "0 1 2", "{out:?}");
+    // The tool's fds are read from outside, by root, while it runs: a shell
+    // listing its own fds races with the pipes of its own pipeline.
+    let rt = rt();
+    let user = u.user.clone();
+    let sleeper = rt.spawn(async move {
+        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "3"]}});
+        call_as(&user, &[], call, RunOptions::default()).await
+    });
+    let mut fds = Vec::new();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(30));
+        let o = std::process::Command::new("pgrep")
+            .args(["-u", u.name(), "-x", "sleep"])
+            .output()
+            .unwrap();
+        if let Some(pid) = stdout(&o).split_whitespace().next().map(str::to_owned) {
+            fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .map(|e| {
+                    e.unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .parse::<u32>()
+                        .unwrap()
+                })
+                .collect();
+            break;
+        }
+    }
+    fds.sort();
+    assert_eq!(fds, [0, 1, 2], "the tool's fds");
+    let _ = rt.block_on(sleeper);
     drop((file, sock));
     // A cwd under /proc/self/fd is refused (runc CVE-2024-21626).
     let call = json!({"tool": "shell", "args": {"command": "pwd", "cwd": "/proc/self/fd/3"}});
-    let out = rt().block_on(call_as(&u.user, &[], call, RunOptions::default()));
+    let out = rt.block_on(call_as(&u.user, &[], call, RunOptions::default()));
     assert_eq!(
         out.launch_error.as_ref().map(|e| e.code.as_str()),
         Some("cwd_invalid"),
