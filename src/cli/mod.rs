@@ -225,8 +225,17 @@ pub fn load_policy(path: Option<&std::path::Path>) -> Result<Policy, CliError> {
     Policy::from_json(&bytes).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
 }
 
+/// Makes this root process undumpable with no core file, so that a user
+/// can neither ptrace it nor read a core of it (euid changes reset the
+/// dumpable flag; this process never changes its own ids).
+fn harden_worker() {
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+}
+
 /// Runs the parsed command line; returns the process exit code.
 pub fn main(cli: Cli) -> i32 {
+    harden_worker();
     let launcher = match &cli.launcher {
         Some(p) => Launcher::at(p),
         None => match Launcher::beside_current_exe() {
