@@ -274,30 +274,32 @@ fn the_tool_gets_only_stdio_fds() {
     let rt = rt();
     let user = u.user.clone();
     let sleeper = rt.spawn(async move {
-        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "3"]}});
+        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "30"]}});
         call_as(&user, &[], call, RunOptions::default()).await
     });
-    let mut fds = Vec::new();
-    for _ in 0..100 {
+    let mut fds: Vec<u32> = Vec::new();
+    for _ in 0..300 {
         std::thread::sleep(Duration::from_millis(30));
         let o = std::process::Command::new("pgrep")
             .args(["-u", u.name(), "-x", "sleep"])
             .output()
             .unwrap();
-        if let Some(pid) = stdout(&o).split_whitespace().next().map(str::to_owned) {
-            fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-                .unwrap()
-                .map(|e| {
-                    e.unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .parse::<u32>()
-                        .unwrap()
-                })
-                .collect();
+        let Some(pid) = stdout(&o).split_whitespace().next().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        fds = entries
+            .filter_map(|e| e.ok()?.file_name().to_string_lossy().parse().ok())
+            .collect();
+        if !fds.is_empty() {
             break;
         }
     }
+    let _ = std::process::Command::new("pkill")
+        .args(["-KILL", "-u", u.name(), "-x", "sleep"])
+        .status();
     fds.sort();
     assert_eq!(fds, [0, 1, 2], "the tool's fds");
     let _ = rt.block_on(sleeper);
