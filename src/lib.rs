@@ -12,7 +12,7 @@
 //!    drop held before the program's first instruction;
 //! 5. root never acts by a path inside a folder a user controls.
 //!
-//! Modules: [`keys`] (identities, sealing, the on-disk store), [`drop`] (the
+//! Modules: [`keys`] (identities, sealing, the on-disk store), [`drop`](mod@drop) (the
 //! launch plan, the drop and its verification, spawning, outcomes),
 //! [`classify`] (the tool-call model and verdicts), [`turn`] (who a run goes
 //! as and the fresh environment).
