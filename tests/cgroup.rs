@@ -5,20 +5,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{launcher, TestUser};
+use common::{launcher, rt, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::drop::user::TargetUser;
 use tono_seal::Outcome;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn shell(user: &TargetUser, command: &str, timeout: Duration) -> Outcome {
     let launcher = launcher();

@@ -7,20 +7,12 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use common::{launcher, stderr, stdout, tono, tono_env, TestUser};
+use common::{launcher, rt, stderr, stdout, tono, tono_env, TestUser};
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::user::TargetUser;
 use tono_seal::Outcome;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn grants(specs: &[&str]) -> Vec<SecretGrant> {
     specs

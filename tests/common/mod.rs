@@ -133,6 +133,15 @@ pub fn launcher() -> Launcher {
     Launcher::at(launch_bin())
 }
 
+/// A two-thread runtime, as the worker uses.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Runs `tono-seal ARGS` with `stdin`.
 pub fn tono(args: &[&str], stdin: &[u8]) -> Output {
     tono_env(args, stdin, &[])
