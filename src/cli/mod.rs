@@ -22,7 +22,7 @@ use crate::classify::Policy;
 use crate::drop::outcome::Outcome;
 use crate::drop::plan::{Action, KeysOp, LaunchPlan, Limits};
 use crate::drop::report::{LaunchError, Stage, StatusReport};
-use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant, DEFAULT_MAX_OUTPUT};
+use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::{launch, Input, Launcher, Output};
 use crate::drop::user::TargetUser;
 use exit::CliError;
@@ -506,7 +506,6 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             })?;
             let options = RunOptions {
                 timeout: Duration::from_secs(timeout),
-                max_output: DEFAULT_MAX_OUTPUT,
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

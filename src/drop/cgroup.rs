@@ -43,6 +43,10 @@ pub struct AppliedLimits {
     pub rlimit_nproc: u64,
     /// `RLIMIT_NOFILE`.
     pub rlimit_nofile: u64,
+    /// Why the call's cgroup could not be emptied and removed; the user is
+    /// then dirty until a cleanup succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_error: Option<String>,
     /// How many times a fork in the call hit `pids.max`.
     #[serde(default)]
     pub pids_max_hits: u64,

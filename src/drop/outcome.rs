@@ -92,9 +92,6 @@ impl Outcome {
         out.stderr = String::from_utf8_lossy(&done.stderr.bytes).into_owned();
         out.stderr_truncated = done.stderr.truncated;
         out.duration_us = done.duration.as_micros().min(u64::MAX as u128) as u64;
-        if let Some(e) = &done.cgroup_error {
-            out.stderr.push_str(&format!("\n[tono-seal: the call's cgroup could not be emptied: {e}; the user is marked dirty]"));
-        }
         let (code, signal) = match done.status {
             Some(s) => (s.code(), s.signal()),
             None => (None, None),

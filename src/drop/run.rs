@@ -57,8 +57,6 @@ impl SecretGrant {
 pub struct RunOptions {
     /// The longest a call may run (a call's own `timeout_ms` can only lower it).
     pub timeout: Duration,
-    /// Cap on each captured stream.
-    pub max_output: usize,
     /// The program's stdin.
     pub input: Input,
     /// Capture or pass through the program's output.
@@ -75,7 +73,6 @@ impl Default for RunOptions {
     fn default() -> Self {
         Self {
             timeout: DEFAULT_TIMEOUT,
-            max_output: DEFAULT_MAX_OUTPUT,
             input: Input::Null,
             output: Output::Capture(DEFAULT_MAX_OUTPUT),
             limits: Limits::default(),
@@ -373,15 +370,11 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     let timeout = prepared
         .timeout
         .map_or(req.options.timeout, |t| t.min(req.options.timeout));
-    let output = match req.options.output {
-        Output::Capture(_) => Output::Capture(req.options.max_output),
-        Output::Inherit => Output::Inherit,
-    };
     let mut outcome = match launch(
         req.launcher,
         &plan,
         req.options.input,
-        output,
+        req.options.output,
         timeout,
         call_cgroup,
     )
@@ -389,6 +382,7 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     {
         Ok(done) => {
             applied.pids_max_hits = done.pids_max_hits;
+            applied.cleanup_error = done.cgroup_error.clone();
             Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done)
         }
         Err(error) => Outcome::not_run(&verdict, tool, Some(error)),
@@ -420,7 +414,10 @@ async fn stay_read(verdict: &Verdict, call: &ToolCall, req: &DropRequest<'_>) ->
         .unwrap_or_default();
     let kind = req.policy.kind_of(&call.tool).unwrap_or(ToolKind::HttpGet);
     let config = FetchConfig {
-        max_body: req.options.max_output,
+        max_body: match req.options.output {
+            Output::Capture(cap) => cap,
+            Output::Inherit => super::fetch::DEFAULT_MAX_BODY,
+        },
         timeout: req.options.timeout.min(super::fetch::DEFAULT_TIMEOUT),
         ..FetchConfig::default()
     };
