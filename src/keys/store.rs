@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::atomic::{self, write_atomic, TEMP_PREFIX};
 use super::identity::{open_nofollow, read_bounded, IdentitySet};
 use super::name::SecretName;
-use super::seal::{self, Plaintext, UnsealError, MAX_SEALED_BYTES, MAX_SECRET_BYTES};
+use super::seal::{self, Plaintext, MAX_SEALED_BYTES, MAX_SECRET_BYTES};
 use super::KeysError;
 
 /// File name of the identity inside `~/.tono`.
@@ -404,23 +404,12 @@ impl KeyStore {
                 return Ok(report(index + 1));
             }
         }
-        // Prove the new key alone opens everything before the old one goes.
+        // Prove the new key alone opens everything before the old one goes;
+        // if not (a concurrent writer), stop here with both keys kept:
+        // nothing is lost, and running rotate again finishes.
         let only_new = both.only_current();
         for info in &secrets {
-            let name = SecretName::parse(&info.name)?;
-            match self.unseal_with(&name, &only_new) {
-                Ok(plain) => drop(plain),
-                Err(KeysError::SecretCorrupt { reason, .. })
-                    if reason == UnsealError::NoMatch.to_string() =>
-                {
-                    // Sealed to an old key by a concurrent writer: re-seal it.
-                    let plain = self.unseal_with(&name, &both)?;
-                    let sealed =
-                        seal::seal(plain.expose_secret(), &recipient).map_err(KeysError::Seal)?;
-                    self.install(&name, &sealed)?;
-                }
-                Err(e) => return Err(e),
-            }
+            drop(self.unseal_with(&SecretName::parse(&info.name)?, &only_new)?);
         }
         self.write_identity(&only_new)?;
         hook(RotateStep::OldKeyDropped);
