@@ -17,11 +17,11 @@ use super::cgroup::{self, AppliedLimits, CallCgroup};
 use super::outcome::Outcome;
 use super::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
 use super::report::{LaunchError, Stage};
-use super::spawn::{launch, Input, Launcher, Output};
+use super::spawn::{launch_tapped, Finished, Input, Launcher, Output, Tap};
 use super::user::TargetUser;
 use crate::classify::{classify_raw, Policy, ToolCall, ToolKind, Verdict, VerdictKind};
 use crate::keys::SecretName;
-use crate::turn::EnvBuilder;
+use crate::turn::{EnvBuilder, RunEnv};
 
 /// Default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,6 +67,8 @@ pub struct RunOptions {
     pub cgroup: bool,
     /// `pids.max` of the call's cgroup, where the pids controller exists.
     pub pids_max: u64,
+    /// What the program's environment is made of, beside its user.
+    pub env: RunEnv,
 }
 
 impl Default for RunOptions {
@@ -78,6 +80,7 @@ impl Default for RunOptions {
             limits: Limits::default(),
             cgroup: true,
             pids_max: super::cgroup::DEFAULT_PIDS_MAX,
+            env: RunEnv::default(),
         }
     }
 }
@@ -186,14 +189,17 @@ fn prepare(
     call: &ToolCall,
     user: &TargetUser,
     grants: &[SecretGrant],
+    run_env: &RunEnv,
 ) -> Result<Prepared, Verdict> {
-    let env = || EnvBuilder::for_user(user).build();
+    let env = EnvBuilder::for_run(user, run_env)
+        .map_err(|e| Verdict::refuse("env_invalid", e.to_string()))?
+        .build();
     let ms = |t: Option<u64>| t.map(Duration::from_millis);
     let exec = |argv, cwd, secrets| {
         Action::Exec(ExecPlan {
             argv,
             cwd,
-            env: env(),
+            env: env.clone(),
             secrets,
         })
     };
@@ -325,70 +331,102 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         );
         return Outcome::not_run(&verdict, tool, Some(error));
     };
-    let prepared = match prepare(kind, &call, req.user, req.grants) {
+    let prepared = match prepare(kind, &call, req.user, req.grants, &req.options.env) {
         Ok(p) => p,
         Err(refusal) => return Outcome::not_run(&refusal, tool, None),
     };
-    let uid = req.user.uid;
+    let timeout = prepared
+        .timeout
+        .map_or(req.options.timeout, |t| t.min(req.options.timeout));
+    let launched = launch_as(
+        req.launcher,
+        req.user,
+        prepared.action,
+        &req.options,
+        timeout,
+        None,
+    )
+    .await;
+    outcome_of(&verdict, tool, req.user, launched)
+}
+
+/// The [`Outcome`] of what [`launch_as`] returned.
+pub(crate) fn outcome_of(
+    verdict: &Verdict,
+    tool: Option<String>,
+    user: &TargetUser,
+    launched: Result<(Finished, AppliedLimits), LaunchError>,
+) -> Outcome {
+    match launched {
+        Ok((done, applied)) => {
+            let mut outcome = Outcome::from_finished(verdict, tool, (&user.name, user.uid), done);
+            outcome.limits = Some(applied);
+            outcome
+        }
+        Err(error) => Outcome::not_run(verdict, tool, Some(error)),
+    }
+}
+
+/// Runs `action` as `user` through the launcher, in a cgroup of its own
+/// when the options ask for one: the one path by which the worker starts
+/// anything for a user (tool calls and provider programs alike).
+pub(crate) async fn launch_as(
+    launcher: &Launcher,
+    user: &TargetUser,
+    action: Action,
+    options: &RunOptions,
+    timeout: Duration,
+    tap: Option<Tap>,
+) -> Result<(Finished, AppliedLimits), LaunchError> {
+    let uid = user.uid;
     if cgroup::is_dirty(uid) && !cgroup::cleanup(uid) {
-        let error = LaunchError::new(
+        return Err(LaunchError::new(
             Stage::Spawn,
             "user_dirty",
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
-        );
-        return Outcome::not_run(&verdict, tool, Some(error));
+        ));
     }
-    let (call_cgroup, mut applied) = if req.options.cgroup {
-        match CallCgroup::create(cgroup::mounts(), uid, req.options.pids_max) {
+    let (call_cgroup, mut applied) = if options.cgroup {
+        match CallCgroup::create(cgroup::mounts(), uid, options.pids_max) {
             Ok((cg, applied)) => (Some(cg), applied),
             Err(e) => {
-                let error = LaunchError::new(
+                return Err(LaunchError::new(
                     Stage::Spawn,
                     "cgroup_create_failed",
                     format!("creating the call's cgroup: {e}"),
-                );
-                return Outcome::not_run(&verdict, tool, Some(error));
+                ))
             }
         }
     } else {
         (None, AppliedLimits::default())
     };
-    applied.rlimit_nproc = req.options.limits.nproc;
-    applied.rlimit_nofile = req.options.limits.nofile;
+    applied.rlimit_nproc = options.limits.nproc;
+    applied.rlimit_nofile = options.limits.nofile;
     let plan = LaunchPlan {
-        user: req.user.name.clone(),
-        uid: req.user.uid,
-        gid: req.user.gid,
-        home: req.user.home.clone(),
-        limits: req.options.limits,
+        user: user.name.clone(),
+        uid: user.uid,
+        gid: user.gid,
+        home: user.home.clone(),
+        limits: options.limits,
         cgroups: call_cgroup
             .as_ref()
             .map(CallCgroup::procs_files)
             .unwrap_or_default(),
-        action: prepared.action,
+        action,
     };
-    let timeout = prepared
-        .timeout
-        .map_or(req.options.timeout, |t| t.min(req.options.timeout));
-    let mut outcome = match launch(
-        req.launcher,
+    let done = launch_tapped(
+        launcher,
         &plan,
-        req.options.input,
-        req.options.output,
+        options.input,
+        options.output,
         timeout,
         call_cgroup,
+        tap,
     )
-    .await
-    {
-        Ok(done) => {
-            applied.pids_max_hits = done.pids_max_hits;
-            applied.cleanup_error = done.cgroup_error.clone();
-            Outcome::from_finished(&verdict, tool, (&req.user.name, req.user.uid), done)
-        }
-        Err(error) => Outcome::not_run(&verdict, tool, Some(error)),
-    };
-    outcome.limits = Some(applied);
-    outcome
+    .await?;
+    applied.pids_max_hits = done.pids_max_hits;
+    applied.cleanup_error = done.cgroup_error.clone();
+    Ok((done, applied))
 }
 
 /// Runs a `Stay` read inside the worker (no launch, no user).

@@ -180,6 +180,20 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// Which output stream a tapped chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// The program's stdout.
+    Stdout,
+    /// The program's stderr.
+    Stderr,
+}
+
+/// Receives a copy of every chunk of captured output as it is read, while
+/// the program still runs (a sign-in reads its link this way). Once the
+/// receiver is dropped, nothing more is sent.
+pub type Tap = tokio::sync::mpsc::UnboundedSender<(Stream, Vec<u8>)>;
+
 /// Launches `plan` and waits for it, within `timeout`.
 pub async fn launch(
     launcher: &Launcher,
@@ -188,6 +202,27 @@ pub async fn launch(
     output: Output,
     timeout: Duration,
     cgroup: Option<CallCgroup>,
+) -> Result<Finished, LaunchError> {
+    launch_tapped(launcher, plan, input, output, timeout, cgroup, None).await
+}
+
+fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
+    if let Some(tx) = tap {
+        if tx.send((stream, chunk.to_vec())).is_err() {
+            *tap = None;
+        }
+    }
+}
+
+/// [`launch`], with every captured chunk also sent to `tap` as it arrives.
+pub async fn launch_tapped(
+    launcher: &Launcher,
+    plan: &LaunchPlan,
+    input: Input,
+    output: Output,
+    timeout: Duration,
+    cgroup: Option<CallCgroup>,
+    mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
     let plan_bytes = serde_json::to_vec(plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
@@ -263,11 +298,17 @@ pub async fn launch(
                 plan_tx = None;
             }
             r = read_some(&mut out_rx, &mut buf_out) => match r {
-                Ok(n) if n > 0 => captured_out.take(&buf_out[..n], cap),
+                Ok(n) if n > 0 => {
+                    captured_out.take(&buf_out[..n], cap);
+                    send_tap(&mut tap, Stream::Stdout, &buf_out[..n]);
+                }
                 _ => out_rx = None,
             },
             r = read_some(&mut err_rx, &mut buf_err) => match r {
-                Ok(n) if n > 0 => captured_err.take(&buf_err[..n], cap),
+                Ok(n) if n > 0 => {
+                    captured_err.take(&buf_err[..n], cap);
+                    send_tap(&mut tap, Stream::Stderr, &buf_err[..n]);
+                }
                 _ => err_rx = None,
             },
             r = read_some(&mut status_rx, &mut buf_status) => match r {

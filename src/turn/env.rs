@@ -1,10 +1,34 @@
 //! The fresh environment of a launched program.
 //!
-//! [`EnvBuilder`] starts empty and adds variables by name. It never reads
-//! the worker's environment: `PATH` is a fixed system path, and `HOME`,
-//! `USER`, `LOGNAME` and `SHELL` come from the passwd entry.
+//! [`EnvBuilder`] starts empty and adds variables by name; it is the only
+//! source of a launch plan's environment. It never reads the worker's own
+//! environment: `PATH` is a fixed system path; `HOME`, `USER`, `LOGNAME` and
+//! `SHELL` come from the passwd entry; everything else comes from the
+//! operator's [`EnvConfig`] or from the call ([`RunEnv`]):
+//!
+//! - the provider's login location inside the home (`CODEX_HOME`,
+//!   `CLAUDE_CONFIG_DIR`, from the provider table);
+//! - the turn's own credential, under the name the turn gave it;
+//! - for a Bedrock agent only, `AWS_REGION` (and `AWS_DEFAULT_REGION`) and
+//!   the worker's configured inference-only credentials; for any other
+//!   provider, or none, no `AWS_*` variable at all;
+//! - a proxy, as `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` and their lowercase
+//!   forms (curl reads only `http_proxy` in lowercase), with the whole
+//!   userinfo removed: `http://u:p@proxy:3128` becomes `http://proxy:3128`
+//!   (a user name alone can be a token, so it goes too).
+//!
+//! Names are validated (non-empty, no `=`, no NUL) and values hold no NUL;
+//! anything else is an [`EnvError`].
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use zeroize::Zeroizing;
+
+use super::provider::{Provider, ProviderSpec};
 use crate::drop::user::TargetUser;
 
 /// The `PATH` every launched program gets.
@@ -22,6 +46,162 @@ pub enum EnvError {
     /// The value holds NUL.
     #[error("the value of {0} holds a NUL byte")]
     BadValue(String),
+    /// The proxy address is not a usable proxy URL.
+    #[error("the proxy address is not usable: {0}")]
+    BadProxy(String),
+    /// The provider table entry is wrong.
+    #[error("provider {provider}: {reason}")]
+    BadProvider {
+        /// The provider.
+        provider: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A Bedrock agent ran without the worker's Bedrock settings.
+    #[error("a Bedrock agent needs the worker's bedrock settings (region, credentials)")]
+    BedrockUnconfigured,
+}
+
+/// The worker's AWS settings for Bedrock agents (inference-only keys).
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BedrockSettings {
+    /// `AWS_REGION`.
+    pub region: String,
+    /// `AWS_ACCESS_KEY_ID`.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// `AWS_SESSION_TOKEN`.
+    #[serde(default)]
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for BedrockSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BedrockSettings")
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "…"),
+            )
+            .field("session_token", &self.session_token.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+/// The operator's settings for launched programs (a JSON file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvConfig {
+    /// The proxy every program uses, if any (`http://host:port`).
+    #[serde(default)]
+    pub proxy: Option<String>,
+    /// `NO_PROXY`.
+    #[serde(default)]
+    pub no_proxy: Option<String>,
+    /// Settings for Bedrock agents.
+    #[serde(default)]
+    pub bedrock: Option<BedrockSettings>,
+    /// Entries that replace the built-in provider table.
+    #[serde(default)]
+    pub providers: BTreeMap<Provider, ProviderSpec>,
+}
+
+impl EnvConfig {
+    /// Parses and checks a JSON config.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
+        let config: Self = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        for (p, spec) in &config.providers {
+            spec.check()
+                .map_err(|e| format!("provider {}: {e}", p.name()))?;
+        }
+        if let Some(proxy) = &config.proxy {
+            sanitize_proxy(proxy).map_err(|e| e.to_string())?;
+        }
+        Ok(config)
+    }
+
+    /// The table entry of `provider`: the config's, else the built-in.
+    pub fn provider(&self, provider: Provider) -> ProviderSpec {
+        self.providers
+            .get(&provider)
+            .cloned()
+            .unwrap_or_else(|| ProviderSpec::builtin(provider))
+    }
+}
+
+/// A turn's own credential: made by the turn, handed over by name, wiped
+/// when dropped, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TurnCredential {
+    name: String,
+    value: Zeroizing<String>,
+}
+
+impl TurnCredential {
+    /// A credential for the variable `name`.
+    pub fn new(name: &str, value: String) -> Result<Self, EnvError> {
+        check_var(name, &value)?;
+        Ok(Self {
+            name: name.to_owned(),
+            value: Zeroizing::new(value),
+        })
+    }
+
+    /// The variable it goes to.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for TurnCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TurnCredential({}=…)", self.name)
+    }
+}
+
+/// What one run's environment is made of, beside its user.
+#[derive(Debug, Clone, Default)]
+pub struct RunEnv {
+    /// The operator's settings.
+    pub config: Arc<EnvConfig>,
+    /// The agent's provider, if the program is (or runs) a provider CLI.
+    pub provider: Option<Provider>,
+    /// The turn's own credential.
+    pub credential: Option<TurnCredential>,
+}
+
+/// Removes the userinfo (user and password) and any path from a proxy URL.
+pub fn sanitize_proxy(proxy: &str) -> Result<String, EnvError> {
+    let url = url::Url::parse(proxy).map_err(|e| EnvError::BadProxy(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https" | "socks5" | "socks5h") {
+        return Err(EnvError::BadProxy(format!(
+            "scheme {:?} is not http, https, socks5 or socks5h",
+            url.scheme()
+        )));
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| EnvError::BadProxy("it names no host".into()))?;
+    Ok(match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    })
+}
+
+fn check_var(name: &str, value: &str) -> Result<(), EnvError> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(EnvError::BadName(name.escape_debug().to_string()));
+    }
+    if value.contains('\0') {
+        return Err(EnvError::BadValue(name.to_owned()));
+    }
+    Ok(())
 }
 
 /// An environment built by name.
@@ -57,14 +237,35 @@ impl EnvBuilder {
         env
     }
 
+    /// The whole environment of one run of `user`: the base, then the
+    /// provider's login location and fixed variables, the Bedrock settings
+    /// (Bedrock only), the proxy, and the turn's credential.
+    pub fn for_run(user: &TargetUser, run: &RunEnv) -> Result<Self, EnvError> {
+        let mut env = Self::for_user(user);
+        if let Some(provider) = run.provider {
+            let spec = run.config.provider(provider);
+            env.provider(user, provider, &spec)?;
+            if provider == Provider::Bedrock {
+                let aws = run
+                    .config
+                    .bedrock
+                    .as_ref()
+                    .ok_or(EnvError::BedrockUnconfigured)?;
+                env.bedrock(aws)?;
+            }
+        }
+        if let Some(proxy) = &run.config.proxy {
+            env.proxy(proxy, run.config.no_proxy.as_deref())?;
+        }
+        if let Some(credential) = &run.credential {
+            env.set(&credential.name, &credential.value)?;
+        }
+        Ok(env)
+    }
+
     /// Sets `name` to `value`, replacing an earlier value.
     pub fn set(&mut self, name: &str, value: &str) -> Result<&mut Self, EnvError> {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(EnvError::BadName(name.escape_debug().to_string()));
-        }
-        if value.contains('\0') {
-            return Err(EnvError::BadValue(name.to_owned()));
-        }
+        check_var(name, value)?;
         match self.vars.iter_mut().find(|(k, _)| k == name) {
             Some(slot) => slot.1 = value.to_owned(),
             None => self.vars.push((name.to_owned(), value.to_owned())),
@@ -72,8 +273,175 @@ impl EnvBuilder {
         Ok(self)
     }
 
+    /// The provider's login location inside `user`'s home, and its fixed
+    /// variables.
+    pub fn provider(
+        &mut self,
+        user: &TargetUser,
+        provider: Provider,
+        spec: &ProviderSpec,
+    ) -> Result<&mut Self, EnvError> {
+        spec.check().map_err(|reason| EnvError::BadProvider {
+            provider: provider.name(),
+            reason,
+        })?;
+        let dir = user.home.join(&spec.login_dir);
+        self.set(&spec.login_var, &dir.display().to_string())?;
+        for (k, v) in &spec.fixed_env {
+            self.set(k, v)?;
+        }
+        Ok(self)
+    }
+
+    /// The AWS settings a Bedrock agent cannot run without.
+    pub fn bedrock(&mut self, aws: &BedrockSettings) -> Result<&mut Self, EnvError> {
+        self.set("AWS_REGION", &aws.region)?;
+        self.set("AWS_DEFAULT_REGION", &aws.region)?;
+        for (name, value) in [
+            ("AWS_ACCESS_KEY_ID", &aws.access_key_id),
+            ("AWS_SECRET_ACCESS_KEY", &aws.secret_access_key),
+            ("AWS_SESSION_TOKEN", &aws.session_token),
+        ] {
+            if let Some(value) = value {
+                self.set(name, value)?;
+            }
+        }
+        Ok(self)
+    }
+
+    /// The proxy, without its userinfo, in upper and lower case.
+    pub fn proxy(&mut self, proxy: &str, no_proxy: Option<&str>) -> Result<&mut Self, EnvError> {
+        let clean = sanitize_proxy(proxy)?;
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+            self.set(name, &clean)?;
+        }
+        if let Some(no_proxy) = no_proxy {
+            self.set("NO_PROXY", no_proxy)?;
+            self.set("no_proxy", no_proxy)?;
+        }
+        Ok(self)
+    }
+
     /// The variables, in insertion order.
     pub fn build(self) -> Vec<(String, String)> {
         self.vars
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> TargetUser {
+        TargetUser {
+            name: "ann".into(),
+            uid: 6000,
+            gid: 6000,
+            home: "/home/ann".into(),
+            shell: "/bin/sh".into(),
+        }
+    }
+
+    fn names(env: EnvBuilder) -> Vec<String> {
+        let mut n: Vec<String> = env.build().into_iter().map(|(k, _)| k).collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn proxies_lose_their_userinfo_and_path() {
+        for (given, want) in [
+            ("http://u:p@proxy:3128", "http://proxy:3128"),
+            ("http://u@proxy:3128/", "http://proxy:3128"),
+            ("http://:p@proxy:3128", "http://proxy:3128"),
+            ("https://proxy.corp.example", "https://proxy.corp.example"),
+            ("http://proxy:80/some/path?x=1", "http://proxy"),
+            ("socks5h://u:p@[::1]:1080", "socks5h://[::1]:1080"),
+            ("http://u%3Ax:p%40ss@10.0.0.1:3128", "http://10.0.0.1:3128"),
+        ] {
+            assert_eq!(sanitize_proxy(given).unwrap(), want, "{given}");
+        }
+        for bad in [
+            "proxy:3128",
+            "ftp://proxy",
+            "file:///etc/passwd",
+            "http://",
+            "",
+        ] {
+            assert!(sanitize_proxy(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_and_values_are_checked() {
+        let mut env = EnvBuilder::empty();
+        assert!(matches!(env.set("", "x"), Err(EnvError::BadName(_))));
+        assert!(matches!(env.set("A=B", "x"), Err(EnvError::BadName(_))));
+        assert!(matches!(env.set("A\0B", "x"), Err(EnvError::BadName(_))));
+        assert!(matches!(env.set("A", "x\0y"), Err(EnvError::BadValue(_))));
+        assert!(TurnCredential::new("T=1", "v".into()).is_err());
+        assert!(TurnCredential::new("T", "v\0".into()).is_err());
+        assert_eq!(
+            format!("{:?}", TurnCredential::new("T", "hunter2".into()).unwrap()),
+            "TurnCredential(T=…)"
+        );
+    }
+
+    #[test]
+    fn aws_only_for_bedrock() {
+        let config = Arc::new(EnvConfig {
+            bedrock: Some(BedrockSettings {
+                region: "eu-west-1".into(),
+                access_key_id: Some("AKIA".into()),
+                secret_access_key: Some("configured".into()),
+                session_token: None,
+            }),
+            ..EnvConfig::default()
+        });
+        for provider in [None, Some(Provider::Openai), Some(Provider::Anthropic)] {
+            let run = RunEnv {
+                config: config.clone(),
+                provider,
+                credential: None,
+            };
+            let env = EnvBuilder::for_run(&user(), &run).unwrap();
+            assert!(
+                names(env).iter().all(|n| !n.starts_with("AWS_")),
+                "{provider:?}"
+            );
+        }
+        let run = RunEnv {
+            config,
+            provider: Some(Provider::Bedrock),
+            credential: None,
+        };
+        let env = EnvBuilder::for_run(&user(), &run).unwrap().build();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
+        assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("configured"));
+        assert_eq!(get("CLAUDE_CONFIG_DIR"), Some("/home/ann/.claude"));
+        assert_eq!(get("CLAUDE_CODE_USE_BEDROCK"), Some("1"));
+        let unconfigured = RunEnv {
+            provider: Some(Provider::Bedrock),
+            ..RunEnv::default()
+        };
+        assert_eq!(
+            EnvBuilder::for_run(&user(), &unconfigured).unwrap_err(),
+            EnvError::BedrockUnconfigured
+        );
+    }
+
+    #[test]
+    fn a_config_with_a_bad_table_entry_or_proxy_is_refused() {
+        assert!(EnvConfig::from_json(br#"{"proxy": "ftp://x"}"#).is_err());
+        assert!(EnvConfig::from_json(
+            br#"{"providers": {"openai": {"login_var": "CODEX_HOME", "login_dir": "../x"}}}"#
+        )
+        .is_err());
+        assert!(EnvConfig::from_json(br#"{"proxie": "http://x"}"#).is_err());
+        let ok =
+            EnvConfig::from_json(br#"{"proxy": "http://u:p@proxy:3128", "no_proxy": "localhost"}"#)
+                .unwrap();
+        assert_eq!(ok.proxy.as_deref(), Some("http://u:p@proxy:3128"));
     }
 }
