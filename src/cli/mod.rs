@@ -25,6 +25,7 @@ use crate::drop::report::{LaunchError, Stage, StatusReport};
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::{launch, Input, Launcher, Output};
 use crate::drop::user::TargetUser;
+use crate::turn::{EnvConfig, Provider, RunEnv};
 use exit::CliError;
 
 /// Per-user age-sealed secrets, and tools run as their user.
@@ -53,6 +54,47 @@ pub struct JsonArg {
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What a launched program's environment is made of, beside its user.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The agent's provider (openai, anthropic, bedrock): sets its login
+    /// location in the home, and for bedrock only the AWS settings.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The operator's environment settings (JSON: proxy, no_proxy, bedrock,
+    /// providers).
+    #[arg(long)]
+    pub env_config: Option<PathBuf>,
+}
+
+impl EnvArgs {
+    /// Loads the settings into a [`RunEnv`].
+    pub fn load(&self) -> Result<RunEnv, CliError> {
+        let provider = match &self.provider {
+            Some(name) => Some(Provider::parse(name).ok_or_else(|| {
+                CliError::usage(format!(
+                    "unknown provider {name:?}: use openai, anthropic or bedrock"
+                ))
+            })?),
+            None => None,
+        };
+        let config = match &self.env_config {
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+                EnvConfig::from_json(&bytes)
+                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?
+            }
+            None => EnvConfig::default(),
+        };
+        Ok(RunEnv {
+            config: std::sync::Arc::new(config),
+            provider,
+            credential: None,
+        })
+    }
 }
 
 /// The commands.
@@ -139,6 +181,8 @@ pub enum Command {
         /// Timeout in seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
+        #[command(flatten)]
+        env: EnvArgs,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -153,6 +197,8 @@ pub enum Command {
         /// Timeout in seconds.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        #[command(flatten)]
+        env: EnvArgs,
     },
     /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
     Serve {
@@ -466,6 +512,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             secrets,
             cwd,
             timeout,
+            env,
             argv,
         } => {
             let user = simple(&user)?;
@@ -481,6 +528,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 timeout: Duration::from_secs(timeout),
                 input: Input::Inherit,
                 output: Output::Inherit,
+                env: env.load()?,
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -490,6 +538,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             user,
             secrets,
             timeout,
+            env,
         } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
@@ -506,6 +555,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             })?;
             let options = RunOptions {
                 timeout: Duration::from_secs(timeout),
+                env: env.load()?,
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

@@ -187,13 +187,9 @@ fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretB
 fn prepare(
     kind: ToolKind,
     call: &ToolCall,
-    user: &TargetUser,
     grants: &[SecretGrant],
-    run_env: &RunEnv,
+    env: Vec<(String, String)>,
 ) -> Result<Prepared, Verdict> {
-    let env = EnvBuilder::for_run(user, run_env)
-        .map_err(|e| Verdict::refuse("env_invalid", e.to_string()))?
-        .build();
     let ms = |t: Option<u64>| t.map(Duration::from_millis);
     let exec = |argv, cwd, secrets| {
         Action::Exec(ExecPlan {
@@ -331,7 +327,14 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
         );
         return Outcome::not_run(&verdict, tool, Some(error));
     };
-    let prepared = match prepare(kind, &call, req.user, req.grants, &req.options.env) {
+    let env = match EnvBuilder::for_run(req.user, &req.options.env) {
+        Ok(env) => env.build(),
+        Err(e) => {
+            let error = LaunchError::new(Stage::Plan, "env_invalid", e.to_string());
+            return Outcome::not_run(&verdict, tool, Some(error));
+        }
+    };
+    let prepared = match prepare(kind, &call, req.grants, env) {
         Ok(p) => p,
         Err(refusal) => return Outcome::not_run(&refusal, tool, None),
     };
