@@ -14,7 +14,8 @@
 //!   only when it is `https`, has no userinfo and no explicit port, and its
 //!   host is exactly one of the provider's sign-in hosts; any other link ends
 //!   the sign-in (its processes are killed) with its own [`SignInError`];
-//! - dropping a [`SignInSession`] kills the sign-in's processes.
+//! - a refused sign-in is killed and reaped before the error is returned;
+//!   dropping a [`SignInSession`] kills the sign-in's processes too.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -544,27 +545,37 @@ impl ProviderRun {
             done: None,
         };
         let deadline = tokio::time::Instant::now() + limits.wait;
-        loop {
+        let found = loop {
             tokio::select! {
                 chunk = rx.recv() => match chunk {
-                    Some((stream, bytes)) => {
-                        if let Some(prompt) = scanner.feed(stream, &bytes)? {
-                            return Ok((prompt, session));
-                        }
-                    }
+                    Some((stream, bytes)) => match scanner.feed(stream, &bytes) {
+                        Ok(Some(prompt)) => break Ok(prompt),
+                        Ok(None) => {}
+                        Err(e) => break Err(e),
+                    },
                     None => {
                         // The output has ended: the program exited.
-                        let done = session.finished().await?;
-                        if let Some(prompt) = scanner.finish()? {
-                            session.done = Some(done);
-                            return Ok((prompt, session));
-                        }
-                        return Err(scanner.missing(describe(&done.0)));
+                        let done = match session.finished().await {
+                            Ok(done) => done,
+                            Err(e) => break Err(e),
+                        };
+                        let found = scanner.finish().and_then(|prompt| {
+                            prompt.ok_or_else(|| scanner.missing(describe(&done.0)))
+                        });
+                        session.done = Some(done);
+                        break found;
                     }
                 },
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(SignInError::TimedOut(limits.wait));
+                    break Err(SignInError::TimedOut(limits.wait));
                 }
+            }
+        };
+        match found {
+            Ok(prompt) => Ok((prompt, session)),
+            Err(e) => {
+                session.stop().await;
+                Err(e)
             }
         }
     }
@@ -607,6 +618,17 @@ impl SignInSession {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(SignInError::Launch(e)),
             Err(e) => Err(SignInError::Setup(format!("the sign-in task failed: {e}"))),
+        }
+    }
+
+    /// Kills the sign-in and waits until its processes are reaped and its
+    /// cgroup is gone.
+    pub async fn stop(mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+            // Resolves once the aborted launch has been dropped, and with
+            // it killed and reaped.
+            let _ = handle.await;
         }
     }
 
