@@ -176,7 +176,7 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
         ("noise", format!("head -c 10485760 /dev/zero | tr '\\0' x\necho\necho 'https://auth.openai.com/codex/device'\n{code}\nsleep 1000"), "too_much_output"),
         ("silent", "exec sleep 1000".into(), "timed_out"),
         // The link goes to a file the user owns; the worker never reads it.
-        ("file", format!("mkdir -p \"$CODEX_HOME\"\necho 'https://auth.openai.com/codex/device WXYZ-98765' > \"$CODEX_HOME/login-link\"\nexit 0"), "no_link"),
+        ("file", "mkdir -p \"$CODEX_HOME\"\necho 'https://auth.openai.com/codex/device WXYZ-98765' > \"$CODEX_HOME/login-link\"\nexit 0".to_string(), "no_link"),
         ("nocode", "echo 'https://auth.openai.com/codex/device'\nexit 0".into(), "no_code"),
     ];
     let mut wrong = Vec::new();
@@ -252,7 +252,7 @@ fn provider_programs_run_only_as_the_run_the_cloud_named() {
     let lines: Vec<&str> = outcome.stdout.lines().collect();
     assert_eq!(&lines[..3], &[id.as_str(), id.as_str(), id.as_str()]);
     let home = u.home().display().to_string();
-    let mut want = vec![
+    let mut want = [
         format!("CODEX_HOME={home}/.codex"),
         format!("HOME={home}"),
         "LANG=C.UTF-8".to_string(),
