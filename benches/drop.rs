@@ -58,7 +58,7 @@ fn main() {
     );
     let name = format!("tonotest{UID}");
     let _ = account::remove_user(&name);
-    let user = account::create_user(&name, UID, Path::new("/home")).expect("bench user");
+    let user = account::ensure_user(&name, UID, UID, Path::new("/home")).expect("bench user");
     let run_tono = |args: &[&str], input: &[u8]| {
         let mut c = Command::new(&tono)
             .args(args)

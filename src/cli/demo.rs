@@ -112,7 +112,7 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
             .ok_or_else(|| CliError::new(exit::FAILED, "no free uid in 61900-61999"))?;
         uids.push(uid);
         let name = format!("tonodemo{uid}");
-        let user = account::create_user(&name, uid, Path::new("/home"))
+        let user = account::ensure_user(&name, uid, uid, Path::new("/home"))
             .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
         users.0.push(name);
         made.push(user);

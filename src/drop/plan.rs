@@ -167,4 +167,10 @@ pub enum FileOp {
         /// Path, absolute or relative to the home.
         path: PathBuf,
     },
+    /// Remove everything inside a folder, but not the folder (a turn
+    /// folder before root removes the emptied entry). No tool maps to it.
+    Clear {
+        /// The folder, absolute.
+        path: PathBuf,
+    },
 }

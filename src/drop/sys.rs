@@ -119,3 +119,28 @@ pub fn watch_pidfd(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedF
     }
     .map_err(|e| e.into_parts().1)
 }
+
+/// Opens the single name `name` in the folder `dir` without following any
+/// symlink: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the
+/// kernel has it (5.6+), else `openat` with `O_NOFOLLOW` (equivalent for one
+/// component). `O_CLOEXEC` is always added.
+pub fn open_beneath(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    flags: nix::fcntl::OFlag,
+    mode: nix::sys::stat::Mode,
+) -> io::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let flags = flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    let how = OpenHow::new()
+        .flags(flags)
+        .mode(mode)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let raw = match nix::fcntl::openat2(dir.as_raw_fd(), name, how) {
+        Err(Errno::ENOSYS) => nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags, mode)?,
+        other => other?,
+    };
+    // SAFETY: the kernel just returned this fd to us and nothing else owns
+    // it; `OwnedFd` closes it exactly once.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}

@@ -1,28 +1,48 @@
-//! Creating and removing Linux users with exactly the numbers given, through
-//! the system's own tools (`groupadd`, `useradd`, `userdel`), serialized by
-//! a lock so that concurrent creators never race `useradd`'s own lock.
+//! Linux users exactly as the Cloud allotted them, made and removed through
+//! the system's own tools (`groupadd`, `useradd`, `userdel`, `groupdel`),
+//! serialized by a lock so that concurrent creators never race `useradd`'s
+//! own lock (whose "try again", exit 10, is retried).
 //!
-//! Guarantees: uid/gid 0 and the system range (below 1000) are refused; the
-//! home is created by `useradd` with mode 0700 before any process of the
-//! user exists; a name that exists with other numbers is an error and
-//! nothing is changed.
+//! Guarantees:
+//! - [`ensure_user`] makes the user and its own group with exactly the given
+//!   uid and gid and no other group; uid or gid 0, in the system range
+//!   (< 1000) or -1 is refused; a name that exists with other numbers, a uid
+//!   of another name, or a gid of another group is a clear error and nothing
+//!   is changed; a user that exists with the same numbers is left as it is;
+//! - the home is made in a root-owned base ([`DEFAULT_HOME_BASE`], never
+//!   inside the worker's own folders) by `mkdirat`, owned by the user and
+//!   mode 0700 through its fd, before any process of the user exists;
+//! - [`remove_user`] kills the user's processes, empties the home *as the
+//!   user*, and only then lets root remove the emptied entry through fds
+//!   that never follow a link ([`RootDir::remove_tree`]).
 #![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
+use nix::unistd::{Gid, Uid};
+
+use super::root_dir::{Component, RootDir};
+use super::run_as::FIRST_ALLOTTED_ID;
 use crate::drop::user::{valid_login_name, TargetUser, UserSpec};
 
 /// The lock file that serializes user creation and removal.
 pub const ACCOUNT_LOCK: &str = "/run/lock/tono-accounts.lock";
+/// Where homes are made unless configured otherwise.
+pub const DEFAULT_HOME_BASE: &str = "/home";
+/// The worker's own folders, where no home may be.
+pub const WORKER_ROOT: &str = "/var/lib/tono";
+/// The group file.
+pub const GROUP_PATH: &str = "/etc/group";
 
 /// Why an account operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AccountError {
-    /// The request itself is wrong.
-    #[error("refusing to create {name:?}: {reason}")]
+    /// The request itself is wrong, or conflicts with what exists.
+    #[error("refusing user {name:?}: {reason}")]
     Refused {
         /// The name.
         name: String,
@@ -61,9 +81,11 @@ fn lock() -> Result<Lock, AccountError> {
         .map_err(|(_, e)| tool(e.to_string()))
 }
 
+/// How often a tool is retried while another program holds the passwd lock.
+const LOCKED_RETRIES: usize = 40;
+
 fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError> {
-    // useradd exits 10 when /etc/passwd is locked by someone else: retry.
-    for attempt in 0..20 {
+    for attempt in 0..LOCKED_RETRIES {
         let out = Command::new(tool)
             .args(args)
             .env_clear()
@@ -77,7 +99,9 @@ fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError
         if out.status.success() {
             return Ok(());
         }
-        if out.status.code() == Some(10) && attempt < 19 {
+        // useradd/groupadd exit 10 when /etc/passwd or /etc/group is locked
+        // by another program: try again.
+        if out.status.code() == Some(10) && attempt + 1 < LOCKED_RETRIES {
             std::thread::sleep(std::time::Duration::from_millis(50));
             continue;
         }
@@ -94,54 +118,98 @@ fn run(tool: &'static str, name: &str, args: &[&str]) -> Result<(), AccountError
     unreachable!("the loop returns")
 }
 
-/// Creates user `name` with uid `id` and its own group with gid `id`, home
-/// `home_base/name` (mode 0700), shell `/bin/sh`. Idempotent when the user
-/// already exists with the same numbers.
-pub fn create_user(name: &str, id: u32, home_base: &Path) -> Result<TargetUser, AccountError> {
+/// A group entry: name and gid.
+fn groups() -> Vec<(String, u32)> {
+    std::fs::read_to_string(GROUP_PATH)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?.to_owned();
+            let gid = f.nth(1)?.parse().ok()?;
+            Some((name, gid))
+        })
+        .collect()
+}
+
+/// Makes user `name` with exactly `uid` and its own group `name` with
+/// exactly `gid`, home `home_base/name` (0700, the user's), shell `/bin/sh`.
+/// Idempotent when the user exists with the same numbers.
+pub fn ensure_user(
+    name: &str,
+    uid: u32,
+    gid: u32,
+    home_base: &Path,
+) -> Result<TargetUser, AccountError> {
     let refuse = |reason: String| AccountError::Refused {
         name: name.into(),
         reason,
     };
     valid_login_name(name).map_err(|r| refuse(r.into()))?;
-    if id < 1000 || id == u32::MAX {
+    for (what, id) in [("uid", uid), ("gid", gid)] {
+        if id < FIRST_ALLOTTED_ID || id == u32::MAX {
+            return Err(refuse(format!(
+                "{what} {id} is root, in the system range, or -1"
+            )));
+        }
+    }
+    if home_base.starts_with(WORKER_ROOT) {
         return Err(refuse(format!(
-            "uid {id} is root, in the system range, or -1"
+            "the home base {} is inside the worker's folders",
+            home_base.display()
         )));
     }
+    let home_name = Component::parse(name).map_err(|e| refuse(e.to_string()))?;
     let _lock = lock()?;
     match TargetUser::lookup(&UserSpec::Name(name.into())) {
-        Ok(u) if u.uid == id && u.gid == id => return Ok(u),
+        Ok(u) if u.uid == uid && u.gid == gid => return Ok(u),
         Ok(u) => {
             return Err(refuse(format!(
-                "it exists with uid {} gid {}",
+                "it exists with uid {} gid {}, not {uid} {gid}",
                 u.uid, u.gid
             )))
         }
         Err(_) => {}
     }
-    if let Ok(other) = TargetUser::lookup(&UserSpec::Uid(id)) {
-        return Err(refuse(format!("uid {id} belongs to {:?}", other.name)));
+    if let Ok(other) = TargetUser::lookup(&UserSpec::Uid(uid)) {
+        return Err(refuse(format!("uid {uid} belongs to {:?}", other.name)));
     }
-    let id_text = id.to_string();
-    let home = home_base.join(name);
+    let groups = groups();
+    let group_exists = match groups.iter().find(|(n, _)| n == name) {
+        Some((_, g)) if *g == gid => true,
+        Some((_, g)) => return Err(refuse(format!("group {name} exists with gid {g}"))),
+        None => false,
+    };
+    if let Some((other, _)) = groups.iter().find(|(n, g)| *g == gid && n != name) {
+        return Err(refuse(format!("gid {gid} belongs to group {other:?}")));
+    }
+    let base = RootDir::open(home_base, None).map_err(|e| refuse(e.to_string()))?;
+    let (uid_text, gid_text) = (uid.to_string(), gid.to_string());
+    let home = base.entry_path(&home_name);
     let home_text = home.display().to_string();
-    run("groupadd", name, &["-g", &id_text, name])?;
+    if !group_exists {
+        run("groupadd", name, &["-g", &gid_text, name])?;
+    }
+    let undo_group = || {
+        if !group_exists {
+            let _ = run("groupdel", name, &[name]);
+        }
+    };
+    // No -m: useradd would copy /etc/skel into the home as root. No -G: the
+    // user has its own group and no other.
     if let Err(e) = run(
         "useradd",
         name,
         &[
-            "-u", &id_text, "-g", &id_text, "-M", "-N", "-d", &home_text, "-s", "/bin/sh", name,
+            "-u", &uid_text, "-g", &gid_text, "-M", "-N", "-d", &home_text, "-s", "/bin/sh", name,
         ],
     ) {
-        let _ = run("groupdel", name, &[name]);
+        undo_group();
         return Err(e);
     }
-    // `useradd -m` would copy /etc/skel as root into the new home; instead the
-    // home is made empty, owned by the user and 0700, before the user has
-    // any process that could race it.
-    if let Err(e) = make_home(&home, id) {
+    if let Err(e) = make_home(&base, &home_name, uid, gid) {
         let _ = run("userdel", name, &[name]);
-        let _ = run("groupdel", name, &[name]);
+        undo_group();
         return Err(AccountError::Tool {
             tool: "mkdir",
             name: name.into(),
@@ -151,24 +219,69 @@ pub fn create_user(name: &str, id: u32, home_base: &Path) -> Result<TargetUser, 
     TargetUser::lookup(&UserSpec::Name(name.into())).map_err(|e| refuse(e.to_string()))
 }
 
-fn make_home(home: &Path, id: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().mode(0o700).create(home)?;
-    let dir = File::open(home)?;
-    std::os::unix::fs::fchown(&dir, Some(id), Some(id))?;
-    dir.set_permissions(std::fs::Permissions::from_mode(0o700))
+/// The home, made by root in its base and handed over by fd.
+fn make_home(base: &RootDir, name: &Component, uid: u32, gid: u32) -> Result<(), String> {
+    let fd = base.create_dir(name, 0o700).map_err(|e| e.to_string())?;
+    nix::unistd::fchown(
+        fd.as_raw_fd(),
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+    )
+    .map_err(|e| format!("fchown {name}: {e}"))
 }
 
-/// Removes user `name`, its group and its home (`userdel -r`).
+/// Empties `home` as the user (`setpriv`, no groups): root never deletes by
+/// a path the user controls.
+fn empty_home_as_user(user: &TargetUser) {
+    let script = "chmod -R u+rwx -- \"$HOME\" 2>/dev/null; find \"$HOME\" -mindepth 1 -delete";
+    let _ = Command::new("setpriv")
+        .args([
+            "--reuid",
+            &user.uid.to_string(),
+            "--regid",
+            &user.gid.to_string(),
+            "--clear-groups",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &user.home)
+        .current_dir("/")
+        .status();
+}
+
+/// Removes user `name`, its group and its home: processes killed, the home
+/// emptied as the user, then what is left removed by root through fds.
 pub fn remove_user(name: &str) -> Result<(), AccountError> {
-    valid_login_name(name).map_err(|r| AccountError::Refused {
+    let refuse = |reason: String| AccountError::Refused {
         name: name.into(),
-        reason: r.into(),
-    })?;
+        reason,
+    };
+    valid_login_name(name).map_err(|r| refuse(r.into()))?;
     let _lock = lock()?;
+    let user =
+        TargetUser::lookup(&UserSpec::Name(name.into())).map_err(|e| refuse(e.to_string()))?;
+    if user.uid < FIRST_ALLOTTED_ID || user.gid < FIRST_ALLOTTED_ID {
+        return Err(refuse(format!("uid {} is a system user", user.uid)));
+    }
     // Make sure nothing of the user still runs, so userdel can proceed.
-    let _ = Command::new("pkill").args(["-KILL", "-u", name]).status();
-    run("userdel", name, &["-r", "-f", name])?;
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-u", &user.uid.to_string()])
+        .status();
+    empty_home_as_user(&user);
+    run("userdel", name, &["-f", name])?;
     let _ = run("groupdel", name, &[name]);
+    // The emptied home: its parent must be root's, and the entry is taken
+    // by name in it, never followed.
+    if let (Some(base), Some(entry)) = (user.home.parent(), user.home.file_name()) {
+        let entry =
+            Component::parse(&entry.to_string_lossy()).map_err(|e| refuse(e.to_string()))?;
+        let base = RootDir::open(base, None).map_err(|e| refuse(e.to_string()))?;
+        base.remove_tree(&entry)
+            .map_err(|e| refuse(e.to_string()))?;
+    }
     Ok(())
 }

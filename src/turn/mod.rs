@@ -12,8 +12,11 @@
 pub mod account;
 pub mod env;
 pub mod provider;
+pub mod root_dir;
 pub mod run_as;
 pub mod signin;
+pub mod state;
+pub mod turn_dir;
 
 pub use env::{EnvBuilder, EnvConfig, RunEnv, TurnCredential};
 pub use provider::{Provider, ProviderSpec};

@@ -55,7 +55,7 @@ impl TestUser {
                     && TargetUser::lookup(&UserSpec::Name(format!("tonotest{uid}"))).is_err()
             })
             .expect("a free test uid in 61000-61899");
-        let user = account::create_user(&format!("tonotest{uid}"), uid, Path::new("/home"))
+        let user = account::ensure_user(&format!("tonotest{uid}"), uid, uid, Path::new("/home"))
             .expect("create test user");
         Self { user }
     }
