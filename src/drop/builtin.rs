@@ -150,7 +150,7 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
         }
         FileOp::Clear { path } => {
             let shown = path.display().to_string();
-            let removed = clear_dir(path)
+            let removed = crate::turn::tree::empty_folder(path)
                 .map_err(|e| io_error("clear_failed", format!("clear {shown}"), e))?;
             Ok(json!({ "cleared": shown, "removed": removed }))
         }
@@ -161,27 +161,6 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
             Ok(json!({ "deleted": shown }))
         }
     }
-}
-
-/// Removes everything in `dir`, as the user: folders are opened up to the
-/// owner first (a 0500 folder of the user's own is still the user's to
-/// empty); links are removed, never followed. Returns how many entries went.
-fn clear_dir(dir: &std::path::Path) -> io::Result<u64> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut removed = 0;
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        let meta = path.symlink_metadata()?;
-        if meta.is_dir() {
-            let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o700));
-            removed += clear_dir(&path)?;
-            fs::remove_dir(&path)?;
-        } else {
-            fs::remove_file(&path)?;
-        }
-        removed += 1;
-    }
-    Ok(removed)
 }
 
 /// Serializes a report (plain data: this cannot fail in practice).

@@ -16,6 +16,7 @@ pub mod root_dir;
 pub mod run_as;
 pub mod signin;
 pub mod state;
+pub mod tree;
 pub mod turn_dir;
 
 pub use env::{EnvBuilder, EnvConfig, RunEnv, TurnCredential};

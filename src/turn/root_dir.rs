@@ -26,8 +26,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component as PathPart, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::drop::sys::open_beneath;
@@ -275,7 +275,7 @@ impl RootDir {
     /// Missing is not an error.
     pub fn remove_tree(&self, name: &Component) -> Result<(), RootDirError> {
         let path = self.entry_path(name);
-        match remove_entry(self.fd.as_raw_fd(), &name.c(), 0) {
+        match super::tree::remove_entry(self.fd.as_fd(), &name.c()) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(io_err("remove", &path)(errno(e))),
         }
@@ -360,46 +360,6 @@ impl RootDir {
         nix::fcntl::Flock::lock(fd, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| io_err("lock", &self.path)(errno(e)))
     }
-}
-
-/// The deepest folder [`RootDir::remove_tree`] enters.
-const MAX_DEPTH: usize = 256;
-
-/// Removes `name` in the folder `parent`: a folder is opened `O_NOFOLLOW`
-/// and emptied through its own fd; anything else (a link included) is
-/// unlinked.
-fn remove_entry(parent: i32, name: &std::ffi::CStr, depth: usize) -> Result<(), Errno> {
-    let st = fstatat(Some(parent), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
-        return unlinkat(Some(parent), name, UnlinkatFlags::NoRemoveDir);
-    }
-    if depth >= MAX_DEPTH {
-        return Err(Errno::ELOOP);
-    }
-    let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    match nix::dir::Dir::openat(Some(parent), name, flags, Mode::empty()) {
-        Ok(mut dir) => {
-            let fd = dir.as_raw_fd();
-            let names: Vec<CString> = dir
-                .iter()
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_owned())
-                .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-                .collect();
-            for child in names {
-                match remove_entry(fd, &child, depth + 1) {
-                    Ok(()) | Err(Errno::ENOENT) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        // Swapped for a link or a file since the stat: unlink what is there.
-        Err(Errno::ELOOP | Errno::ENOTDIR) => {
-            return unlinkat(Some(parent), name, UnlinkatFlags::NoRemoveDir)
-        }
-        Err(e) => return Err(e),
-    }
-    unlinkat(Some(parent), name, UnlinkatFlags::RemoveDir)
 }
 
 #[cfg(test)]
