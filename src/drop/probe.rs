@@ -229,7 +229,10 @@ fn script(me: &TargetUser, plan: &VerifyPlan, pids: &[(String, u32)]) -> String 
             q(&h.join(".tono/secrets"))
         ));
     }
-    for worker in ["/var/lib/tono/state", "/var/lib/tono/turns"] {
+    for worker in [
+        crate::turn::state::DEFAULT_STATE_DIR,
+        crate::turn::turn_dir::DEFAULT_TURN_BASE,
+    ] {
         if std::path::Path::new(worker).exists() {
             s.push_str(&format!(
                 "probe 'D:write worker folder {worker}' mk {worker}\n"
