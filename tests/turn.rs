@@ -18,8 +18,9 @@ use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::drop::user::{TargetUser, UserSpec};
 use tono_seal::turn::account::{self, AccountError};
+use tono_seal::turn::provider::Provider;
 use tono_seal::turn::root_dir::{Component, RootDir};
-use tono_seal::turn::state::WorkerState;
+use tono_seal::turn::state::{ProviderSession, WorkerState};
 use tono_seal::turn::turn_dir::{TurnBase, TurnError, TurnId};
 
 /// Sysctls are global: one test at a time changes them.
@@ -324,6 +325,21 @@ fn turn_folders_are_handed_over_by_fd_and_the_user_cannot_move_them() {
     assert!(!ta.path.exists() && !tb.path.exists());
     assert_eq!(shadow_of_others(), shadow);
     assert!(w.state.read().unwrap().handovers.is_empty());
+
+    // Provider sessions are kept here, root's, never in a home.
+    let conversation = Component::parse("conv-17").unwrap();
+    let session = ProviderSession {
+        provider: Provider::Openai,
+        session: "0199a7c2-codex-session".into(),
+    };
+    w.state
+        .set_provider_session(&conversation, session.clone())
+        .unwrap();
+    assert_eq!(
+        w.state.provider_session(&conversation).unwrap(),
+        Some(session)
+    );
+    assert_eq!(mode_of(&state_file), (0, 0, 0o600));
 }
 
 /// `/etc/shadow` without the lines of test users (other tests make and
