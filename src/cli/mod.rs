@@ -8,6 +8,7 @@
 
 pub mod demo;
 pub mod exit;
+pub mod mcp;
 pub mod memscan;
 pub mod serve;
 
@@ -208,6 +209,22 @@ pub enum Command {
         /// Most calls running at once.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+    },
+    /// An MCP server on stdio whose every tools/call runs as the user.
+    Mcp {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret calls may ask for: NAME or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// A policy file (JSON); the built-in default otherwise.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Working folder of shell and spawn calls that name none.
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        #[command(flatten)]
+        env: EnvArgs,
     },
     /// Show the guarantees on this machine with two throwaway users.
     Demo,
@@ -570,6 +587,28 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             stdio: _,
             concurrency,
         } => serve::serve_stdio(launcher, concurrency.max(1)).await,
+        Command::Mcp {
+            user,
+            secrets,
+            policy,
+            cwd,
+            env,
+        } => {
+            if let Some(cwd) = &cwd {
+                if !cwd.is_absolute() {
+                    return Err(CliError::usage("--cwd must be an absolute path"));
+                }
+            }
+            let server = mcp::McpServer::new(
+                launcher.clone(),
+                load_policy(policy.as_deref())?,
+                simple(&user)?,
+                parse_grants(&secrets)?,
+                cwd,
+                env.load()?,
+            );
+            mcp::serve_mcp(server).await
+        }
         Command::Demo => demo::demo(launcher).await,
         Command::Verify {
             mut users,

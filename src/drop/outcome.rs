@@ -18,6 +18,9 @@ pub struct Outcome {
     pub verdict: VerdictKind,
     /// The verdict's machine-readable reason code.
     pub reason: String,
+    /// The verdict's reason in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// The tool name from the call, if it parsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
@@ -59,6 +62,7 @@ impl Outcome {
         Self {
             verdict: verdict.kind(),
             reason: verdict.code().to_owned(),
+            detail: Some(verdict.reason().to_owned()),
             tool,
             user: None,
             uid: None,
