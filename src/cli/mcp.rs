@@ -9,7 +9,7 @@
 //!   every other path — there is no second code path; a refusal, a launch
 //!   error, a non-zero exit, a signal or a timeout is an error *result*
 //!   (`isError`), never a protocol error; `structuredContent` is the
-//!   [`Outcome`](crate::Outcome);
+//!   [`Outcome`];
 //! - a call whose client asked for progress gets a notification a second;
 //!   `notifications/cancelled`, or the client going away, drops the call,
 //!   which kills its processes (its cgroup) and reaps them before the server
