@@ -237,3 +237,156 @@ fn the_user_cannot_leave_or_make_cgroups() {
         );
     }
 }
+
+#[test]
+fn a_memory_hog_is_killed_by_its_own_limit_and_others_finish() {
+    need_root!();
+    if tono_seal::drop::cgroup::mounts().v1_memory.is_none() {
+        eprintln!("*** no v1 memory controller here: the RLIMIT_AS fallback is tested instead ***");
+    }
+    let (hog, other) = (TestUser::bare(), TestUser::bare());
+    let limit = 64 << 20;
+    let rt = rt();
+    let (hogged, fine) = rt.block_on(async {
+        let launcher = launcher();
+        let policy = Policy::default();
+        // 300 MiB in one string, far over the call's 64 MiB.
+        let raw = serde_json::to_vec(
+            &json!({"tool": "shell", "args": {"command": "perl -e '$x = q(a) x (300*1024*1024); print length $x'"}}),
+        )
+        .unwrap();
+        let options = RunOptions {
+            memory_max: limit,
+            timeout: Duration::from_secs(30),
+            ..RunOptions::default()
+        };
+        let request = DropRequest {
+            launcher: &launcher,
+            policy: &policy,
+            user: &hog.user,
+            grants: &[],
+            call: &raw,
+            options,
+        };
+        let hogging = drop_and_run(&request);
+        let meanwhile = shell(&other.user, "sleep 0.3; echo fine", Duration::from_secs(30));
+        tokio::join!(hogging, meanwhile)
+    });
+    let limits = hogged.limits.clone().expect("limits reported");
+    assert_ne!(
+        hogged.exit_code,
+        Some(0),
+        "the hog must not succeed: {hogged:?}"
+    );
+    assert!(!hogged.stdout.contains("314572800"), "{hogged:?}");
+    match limits.memory_max.as_ref().map(|(b, by)| (*b, by.as_str())) {
+        Some((b, "cgroup v1 memory")) => {
+            assert_eq!(b, limit);
+            // perl is SIGKILLed; the shell above it reports 128 + 9.
+            assert!(
+                hogged.signal == Some(9) || hogged.exit_code == Some(137),
+                "OOM-killed: {hogged:?}"
+            );
+            assert!(
+                limits.oom_kills >= 1,
+                "the outcome says the memory limit killed it: {limits:?}"
+            );
+        }
+        Some((b, "RLIMIT_AS")) => {
+            assert_eq!(b, limit);
+            assert!(hogged.stderr.contains("Out of memory"), "{hogged:?}");
+        }
+        other => panic!("no memory limit reported: {other:?}"),
+    }
+    assert_eq!(fine.stdout.trim(), "fine", "{fine:?}");
+    assert_eq!(fine.exit_code, Some(0));
+}
+
+#[test]
+fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
+    need_root!();
+    let u = TestUser::bare();
+    let mut worker = std::process::Command::new(common::tono_bin())
+        .args([
+            "run",
+            "--user",
+            u.name(),
+            "--",
+            "/bin/sh",
+            "-c",
+            "setsid sleep 1000 & sleep 1000",
+        ])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while live_processes(u.user.uid).len() < 2 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The worker dies without cleaning up: what escaped survives it.
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let survivors = live_processes(u.user.uid);
+    assert!(
+        !survivors.is_empty(),
+        "the control: something must survive a SIGKILLed worker"
+    );
+    let dead = format!("call-{}-{}-", worker.id(), u.user.uid);
+    let of_dead = || -> Vec<String> {
+        let mounts = tono_seal::drop::cgroup::mounts();
+        [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]
+            .into_iter()
+            .flatten()
+            .filter_map(|m| std::fs::read_dir(m.join("tono")).ok())
+            .flat_map(|d| d.flatten())
+            .map(|e| e.path().display().to_string())
+            .filter(|p| p.contains(&dead))
+            .collect()
+    };
+    assert!(!of_dead().is_empty(), "its cgroup is still there");
+    // The next worker to start sweeps them.
+    let o = common::tono(&["list", "--user", u.name()], b"");
+    let _ = o;
+    let t = Instant::now();
+    while !live_processes(u.user.uid).is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        live_processes(u.user.uid),
+        Vec::<String>::new(),
+        "survivors: {survivors:?}"
+    );
+    assert_eq!(of_dead(), Vec::<String>::new());
+}
+
+#[test]
+fn without_a_memory_cgroup_the_address_space_limit_holds() {
+    need_root!();
+    let u = TestUser::bare();
+    let out = rt().block_on(async {
+        let launcher = launcher();
+        let policy = Policy::default();
+        let raw = serde_json::to_vec(
+            &json!({"tool": "spawn", "args": {"argv": ["perl", "-e", "$x = q(a) x (300*1024*1024); print length $x"]}}),
+        )
+        .unwrap();
+        let request = DropRequest {
+            launcher: &launcher,
+            policy: &policy,
+            user: &u.user,
+            grants: &[],
+            call: &raw,
+            options: RunOptions {
+                cgroup: false,
+                memory_max: 64 << 20,
+                ..RunOptions::default()
+            },
+        };
+        drop_and_run(&request).await
+    });
+    let limits = out.limits.clone().unwrap();
+    assert_eq!(limits.memory_max, Some((64 << 20, "RLIMIT_AS".to_string())));
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("Out of memory"), "{out:?}");
+}

@@ -192,6 +192,12 @@ pub fn tool_result(outcome: &Outcome) -> CallToolResult {
         }
         content.push(ContentBlock::text(text));
     }
+    if let Some(l) = outcome.limits.as_ref().filter(|l| l.oom_kills > 0) {
+        content.push(ContentBlock::text(format!(
+            "the call's memory limit killed {} process(es)",
+            l.oom_kills
+        )));
+    }
     if outcome.timed_out {
         content.push(ContentBlock::text("timed out: the call was killed"));
     }

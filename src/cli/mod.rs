@@ -299,6 +299,17 @@ fn harden_worker() {
 /// Runs the parsed command line; returns the process exit code.
 pub fn main(cli: Cli) -> i32 {
     harden_worker();
+    if nix::unistd::geteuid().is_root() {
+        // Calls of workers that were SIGKILLed: their cgroups still hold
+        // whatever escaped; nothing else can end them.
+        let swept = crate::drop::cgroup::sweep_dead_workers(crate::drop::cgroup::mounts());
+        if swept > 0 {
+            tracing::warn!(
+                swept,
+                "killed and removed the call cgroups of workers that no longer run"
+            );
+        }
+    }
     let launcher = match &cli.launcher {
         Some(p) => Launcher::at(p),
         None => match Launcher::beside_current_exe() {

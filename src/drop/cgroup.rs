@@ -9,9 +9,18 @@
 //! be emptied marks its user dirty: no new call for that user starts until
 //! a later cleanup succeeds. Only cgroups this module created are touched.
 //!
-//! Limits: `pids.max` through the v1 pids controller where it exists (the v2
-//! hierarchy on a hybrid host delegates no controller). What was really
-//! applied is reported in [`AppliedLimits`]; nothing is claimed that is not.
+//! Limits: `pids.max` through the v1 pids controller, and a memory limit
+//! through the v1 memory controller (under the worker's own memory cgroup,
+//! so the call is also inside whatever limit the worker has), where they
+//! exist — the v2 hierarchy on a hybrid host delegates no controller. A call
+//! OOM-killed by its own limit is counted (`oom_kill` of
+//! `memory.oom_control`). Without a memory controller the launcher falls
+//! back to `RLIMIT_AS`. What was really applied is reported in
+//! [`AppliedLimits`]; nothing is claimed that is not.
+//!
+//! A worker that is SIGKILLed cannot clean up; its cgroups carry its pid in
+//! their name (`call-<pid>-<uid>-<n>`), and [`sweep_dead_workers`], run when
+//! a worker starts, kills and removes those whose worker no longer runs.
 #![forbid(unsafe_code)]
 
 use std::collections::HashSet;
@@ -29,6 +38,8 @@ use serde::{Deserialize, Serialize};
 pub const BASE_NAME: &str = "tono";
 /// Default `pids.max` of one call.
 pub const DEFAULT_PIDS_MAX: u64 = 256;
+/// Default memory limit of one call (cgroup memory, else `RLIMIT_AS`).
+pub const DEFAULT_MEMORY_MAX: u64 = 2 << 30;
 /// How long the worker waits for a killed cgroup to empty.
 pub const EMPTY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -50,6 +61,13 @@ pub struct AppliedLimits {
     /// How many times a fork in the call hit `pids.max`.
     #[serde(default)]
     pub pids_max_hits: u64,
+    /// The memory limit in bytes, and by what (`cgroup v1 memory` or
+    /// `RLIMIT_AS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<(u64, String)>,
+    /// How many processes of the call the memory limit OOM-killed.
+    #[serde(default)]
+    pub oom_kills: u64,
     /// The fallback used when there is no cgroup v2: none in this build
     /// (see the module docs); said here so it is never assumed.
     pub note: Option<String>,
@@ -62,20 +80,25 @@ pub struct Mounts {
     pub v2: Option<PathBuf>,
     /// The cgroup v1 mount carrying the `pids` controller.
     pub v1_pids: Option<PathBuf>,
+    /// The worker's own cgroup in the v1 `memory` hierarchy (mount point
+    /// joined with the path in `/proc/self/cgroup`).
+    pub v1_memory: Option<PathBuf>,
 }
 
 impl Mounts {
-    /// Reads `/proc/self/mountinfo`.
+    /// Reads `/proc/self/mountinfo` and `/proc/self/cgroup`.
     pub fn detect() -> Self {
         let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        Self::parse(&text)
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Self::parse(&text, &own)
     }
 
-    /// Parses mountinfo text.
-    pub fn parse(text: &str) -> Self {
+    /// Parses mountinfo text and this process's cgroup list.
+    pub fn parse(text: &str, own_cgroups: &str) -> Self {
         let mut mounts = Self {
             v2: None,
             v1_pids: None,
+            v1_memory: None,
         };
         for line in text.lines() {
             let Some((left, right)) = line.split_once(" - ") else {
@@ -90,6 +113,26 @@ impl Mounts {
                 Some("cgroup2") if mounts.v2.is_none() => mounts.v2 = Some(PathBuf::from(point)),
                 Some("cgroup") if options.split(',').any(|o| o == "pids") => {
                     mounts.v1_pids = Some(PathBuf::from(point))
+                }
+                Some("cgroup") if options.split(',').any(|o| o == "memory") => {
+                    // Only a mount of the hierarchy's root says where our own
+                    // cgroup is; a mount of a sub-tree is left alone.
+                    let root = left.split_whitespace().nth(3);
+                    let own = own_cgroups.lines().find_map(|l| {
+                        let mut f = l.splitn(3, ':');
+                        let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
+                        controllers
+                            .split(',')
+                            .any(|c| c == "memory")
+                            .then_some(path)
+                    });
+                    if let (Some("/"), Some(own)) = (root, own) {
+                        let own = own.trim_start_matches('/');
+                        let valid = !own.split('/').any(|c| c == ".." || c == ".");
+                        if valid {
+                            mounts.v1_memory = Some(PathBuf::from(point).join(own));
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -151,6 +194,8 @@ pub struct CallCgroup {
     pub v2: Option<PathBuf>,
     /// The v1 pids cgroup of the call.
     pub pids: Option<PathBuf>,
+    /// The v1 memory cgroup of the call.
+    pub memory: Option<PathBuf>,
     uid: u32,
 }
 
@@ -172,9 +217,15 @@ fn write_file(path: &Path, text: &str) -> io::Result<()> {
 }
 
 impl CallCgroup {
-    /// Creates the call's cgroups for `uid` and sets `pids_max` where the
-    /// pids controller exists. Without cgroup v2 the call has none.
-    pub fn create(mounts: &Mounts, uid: u32, pids_max: u64) -> io::Result<(Self, AppliedLimits)> {
+    /// Creates the call's cgroups for `uid` and sets `pids_max` and
+    /// `memory_max` where those controllers exist. Without cgroup v2 the
+    /// call has none.
+    pub fn create(
+        mounts: &Mounts,
+        uid: u32,
+        pids_max: u64,
+        memory_max: u64,
+    ) -> io::Result<(Self, AppliedLimits)> {
         let name = format!(
             "call-{}-{}-{}",
             std::process::id(),
@@ -196,28 +247,37 @@ impl CallCgroup {
                 None
             }
         };
-        let pids = match &mounts.v1_pids {
-            Some(m) => {
-                let made = ensure_base(m).and_then(|base| {
+        let limited = |mount: &Option<PathBuf>, file: &str, value: u64| {
+            let mount = mount.as_ref()?;
+            ensure_base(mount)
+                .and_then(|base| {
                     let dir = base.join(&name);
                     fs::create_dir(&dir)?;
-                    if let Err(e) = write_file(&dir.join("pids.max"), &pids_max.to_string()) {
+                    if let Err(e) = write_file(&dir.join(file), &value.to_string()) {
                         let _ = fs::remove_dir(&dir);
                         return Err(e);
                     }
                     Ok(dir)
-                });
-                match made {
-                    Ok(dir) => {
-                        limits.pids_max = Some((pids_max, "cgroup v1 pids".into()));
-                        Some(dir)
-                    }
-                    Err(_) => None,
-                }
-            }
-            None => None,
+                })
+                .ok()
         };
-        Ok((Self { v2, pids, uid }, limits))
+        let pids = limited(&mounts.v1_pids, "pids.max", pids_max);
+        if pids.is_some() {
+            limits.pids_max = Some((pids_max, "cgroup v1 pids".into()));
+        }
+        let memory = limited(&mounts.v1_memory, "memory.limit_in_bytes", memory_max);
+        if memory.is_some() {
+            limits.memory_max = Some((memory_max, "cgroup v1 memory".into()));
+        }
+        Ok((
+            Self {
+                v2,
+                pids,
+                memory,
+                uid,
+            },
+            limits,
+        ))
     }
 
     /// The `cgroup.procs` files the launcher writes `0` into, as root.
@@ -225,6 +285,7 @@ impl CallCgroup {
         self.v2
             .iter()
             .chain(self.pids.iter())
+            .chain(self.memory.iter())
             .map(|d| d.join("cgroup.procs"))
             .collect()
     }
@@ -239,9 +300,12 @@ impl CallCgroup {
     /// Kills everything in the call, waits for it to empty, removes it.
     /// On failure the user is marked dirty, the cgroup is kept for a later
     /// [`cleanup`], and the error says why.
-    pub fn finish(self) -> Result<u64, String> {
-        let hits = self.pids_max_hits();
-        let result = self.kill_and_remove().map(|()| hits);
+    pub fn finish(self) -> Result<Counters, String> {
+        let counters = Counters {
+            pids_max_hits: self.pids_max_hits(),
+            oom_kills: self.oom_kills(),
+        };
+        let result = self.kill_and_remove().map(|()| counters);
         if result.is_err() {
             set_dirty(self.uid, true);
             if let Ok(mut left) = LEFTOVER.lock() {
@@ -249,6 +313,18 @@ impl CallCgroup {
             }
         }
         result
+    }
+
+    /// How many processes the memory limit killed (`oom_kill` in
+    /// `memory.oom_control`).
+    fn oom_kills(&self) -> u64 {
+        let Some(dir) = &self.memory else { return 0 };
+        let control = fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
+        control
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// How often `pids.max` refused a fork (`max` in `pids.events`).
@@ -282,9 +358,9 @@ impl CallCgroup {
             }
             fs::remove_dir(dir).map_err(|e| format!("rmdir {}: {e}", dir.display()))?;
         }
-        if let Some(dir) = &self.pids {
-            // Emptied by the v2 kill; without v2, nothing ran outside the group
-            // that was killed, so this waits only for the reaping.
+        // Emptied by the v2 kill; without v2, nothing ran outside the group
+        // that was killed, so this waits only for the reaping.
+        for dir in self.pids.iter().chain(self.memory.iter()) {
             let deadline = Instant::now() + EMPTY_TIMEOUT;
             loop {
                 match fs::remove_dir(dir) {
@@ -302,6 +378,76 @@ impl CallCgroup {
     }
 }
 
+/// What a call's cgroups counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Forks refused by `pids.max`.
+    pub pids_max_hits: u64,
+    /// Processes killed by the memory limit.
+    pub oom_kills: u64,
+}
+
+/// The worker pid a call cgroup's name carries, if it is one of ours.
+fn worker_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("call-")?;
+    let mut parts = rest.split('-');
+    let (pid, uid, n) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || uid.parse::<u32>().is_err() || n.parse::<u64>().is_err() {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Kills and removes the call cgroups of workers that no longer run (a
+/// worker that was SIGKILLed could not). Returns how many were removed.
+pub fn sweep_dead_workers(mounts: &Mounts) -> usize {
+    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
+    let mut removed = 0;
+    let bases = [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory];
+    let mut stale: Vec<(String, u32)> = Vec::new();
+    for base in bases.into_iter().flatten() {
+        let Ok(entries) = fs::read_dir(base.join(BASE_NAME)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = worker_of(&name) {
+                if pid != std::process::id()
+                    && !alive(pid)
+                    && !stale.iter().any(|(n, _)| *n == name)
+                {
+                    stale.push((name, pid));
+                }
+            }
+        }
+    }
+    for (name, _) in stale {
+        let at = |m: &Option<PathBuf>| {
+            m.as_ref()
+                .map(|m| m.join(BASE_NAME).join(&name))
+                .filter(|d| d.is_dir())
+        };
+        let uid = name
+            .split('-')
+            .nth(2)
+            .and_then(|u| u.parse().ok())
+            .unwrap_or(u32::MAX);
+        let cg = CallCgroup {
+            v2: at(&mounts.v2),
+            pids: at(&mounts.v1_pids),
+            memory: at(&mounts.v1_memory),
+            uid,
+        };
+        match cg.kill_and_remove() {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::warn!(cgroup = %name, error = %e, "a dead worker's cgroup could not be removed")
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,8 +457,30 @@ mod tests {
         let text = "30 25 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n\
                     35 25 0:31 / /sys/fs/cgroup/pids rw,nosuid shared:14 - cgroup cgroup rw,pids\n\
                     36 25 0:32 / /sys/fs/cgroup/memory rw shared:15 - cgroup cgroup rw,memory\n";
-        let m = Mounts::parse(text);
+        let own = "8:pids:/\n4:memory:/process_api/abc\n0::/\n";
+        let m = Mounts::parse(text, own);
         assert_eq!(m.v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
         assert_eq!(m.v1_pids.as_deref(), Some(Path::new("/sys/fs/cgroup/pids")));
+        assert_eq!(
+            m.v1_memory.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/memory/process_api/abc"))
+        );
+        // A memory path that climbs is never used.
+        let m = Mounts::parse(text, "4:memory:/../etc\n");
+        assert_eq!(m.v1_memory, None);
+    }
+
+    #[test]
+    fn only_our_call_names_carry_a_worker() {
+        assert_eq!(worker_of("call-123-61000-7"), Some(123));
+        for bad in [
+            "call-123-61000",
+            "call-x-1-2",
+            "other-1-2-3",
+            "call-1-2-3-4",
+            "call-1--2",
+        ] {
+            assert_eq!(worker_of(bad), None, "{bad}");
+        }
     }
 }

@@ -187,6 +187,9 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
     .map_err(drop_error("setrlimit(RLIMIT_NOFILE)"))?;
     setrlimit(Resource::RLIMIT_NPROC, plan.limits.nproc, plan.limits.nproc)
         .map_err(drop_error("setrlimit(RLIMIT_NPROC)"))?;
+    if let Some(bytes) = plan.limits.address_space {
+        setrlimit(Resource::RLIMIT_AS, bytes, bytes).map_err(drop_error("setrlimit(RLIMIT_AS)"))?;
+    }
     let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
     nix::unistd::setgroups(&[]).map_err(drop_error("setgroups([])"))?;
     nix::unistd::setresgid(gid, gid, gid).map_err(drop_error("setresgid"))?;

@@ -44,6 +44,10 @@ pub struct Limits {
     pub nofile: u64,
     /// `RLIMIT_NPROC`, soft and hard (counts every process of the uid).
     pub nproc: u64,
+    /// `RLIMIT_AS`, soft and hard: set only where no memory cgroup limits
+    /// the call.
+    #[serde(default)]
+    pub address_space: Option<u64>,
 }
 
 impl Default for Limits {
@@ -51,6 +55,7 @@ impl Default for Limits {
         Self {
             nofile: DEFAULT_NOFILE,
             nproc: DEFAULT_NPROC,
+            address_space: None,
         }
     }
 }

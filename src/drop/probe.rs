@@ -163,10 +163,20 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
     out.push(fact(
         "limits in force for a call",
         format!(
-            "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory: no limit (no memory controller delegated)",
-            if mounts.v1_pids.is_some() { super::cgroup::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)" } else { "not applied".into() },
+            "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory {} bytes ({})",
+            if mounts.v1_pids.is_some() {
+                super::cgroup::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)"
+            } else {
+                "not applied".into()
+            },
             super::plan::DEFAULT_NPROC,
-            super::plan::DEFAULT_NOFILE
+            super::plan::DEFAULT_NOFILE,
+            super::cgroup::DEFAULT_MEMORY_MAX,
+            if mounts.v1_memory.is_some() {
+                "cgroup v1 memory, OOM-killed inside the call"
+            } else {
+                "RLIMIT_AS: allocations past it fail"
+            },
         ),
         true,
     ));

@@ -67,6 +67,9 @@ pub struct RunOptions {
     pub cgroup: bool,
     /// `pids.max` of the call's cgroup, where the pids controller exists.
     pub pids_max: u64,
+    /// The call's memory limit: its memory cgroup's where that controller
+    /// exists, else `RLIMIT_AS`.
+    pub memory_max: u64,
     /// What the program's environment is made of, beside its user.
     pub env: RunEnv,
 }
@@ -80,6 +83,7 @@ impl Default for RunOptions {
             limits: Limits::default(),
             cgroup: true,
             pids_max: super::cgroup::DEFAULT_PIDS_MAX,
+            memory_max: super::cgroup::DEFAULT_MEMORY_MAX,
             env: RunEnv::default(),
         }
     }
@@ -390,7 +394,7 @@ pub(crate) async fn launch_as(
         ));
     }
     let (call_cgroup, mut applied) = if options.cgroup {
-        match CallCgroup::create(cgroup::mounts(), uid, options.pids_max) {
+        match CallCgroup::create(cgroup::mounts(), uid, options.pids_max, options.memory_max) {
             Ok((cg, applied)) => (Some(cg), applied),
             Err(e) => {
                 return Err(LaunchError::new(
@@ -405,12 +409,18 @@ pub(crate) async fn launch_as(
     };
     applied.rlimit_nproc = options.limits.nproc;
     applied.rlimit_nofile = options.limits.nofile;
+    let mut limits = options.limits;
+    if applied.memory_max.is_none() {
+        // No memory cgroup: the address-space limit is what is left.
+        limits.address_space = Some(options.memory_max);
+        applied.memory_max = Some((options.memory_max, "RLIMIT_AS".into()));
+    }
     let plan = LaunchPlan {
         user: user.name.clone(),
         uid: user.uid,
         gid: user.gid,
         home: user.home.clone(),
-        limits: options.limits,
+        limits,
         cgroups: call_cgroup
             .as_ref()
             .map(CallCgroup::procs_files)
@@ -427,7 +437,8 @@ pub(crate) async fn launch_as(
         tap,
     )
     .await?;
-    applied.pids_max_hits = done.pids_max_hits;
+    applied.pids_max_hits = done.counters.pids_max_hits;
+    applied.oom_kills = done.counters.oom_kills;
     applied.cleanup_error = done.cgroup_error.clone();
     Ok((done, applied))
 }

@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use super::cgroup::CallCgroup;
+use super::cgroup::{CallCgroup, Counters};
 use super::plan::LaunchPlan;
 use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
 use super::sys;
@@ -112,8 +112,8 @@ pub struct Finished {
     pub duration: Duration,
     /// Why the call's cgroup could not be emptied and removed, if so.
     pub cgroup_error: Option<String>,
-    /// How often a fork hit the call's `pids.max`.
-    pub pids_max_hits: u64,
+    /// What the call's cgroups counted (forks refused, OOM kills).
+    pub counters: Counters,
 }
 
 /// Kills and reaps the child (and empties its cgroup) if the launch is
@@ -332,10 +332,10 @@ pub async fn launch_tapped(
             _ = sleep_until_opt(drain_until) => break,
         }
     }
-    let (pids_max_hits, cgroup_error) = match guard.cgroup.take().map(CallCgroup::finish) {
-        Some(Ok(hits)) => (hits, None),
-        Some(Err(e)) => (0, Some(e)),
-        None => (0, None),
+    let (counters, cgroup_error) = match guard.cgroup.take().map(CallCgroup::finish) {
+        Some(Ok(counters)) => (counters, None),
+        Some(Err(e)) => (Counters::default(), Some(e)),
+        None => (Counters::default(), None),
     };
     let duration = started.elapsed();
     Ok(Finished {
@@ -346,6 +346,6 @@ pub async fn launch_tapped(
         report: StatusReport::decode(&status_bytes),
         duration,
         cgroup_error,
-        pids_max_hits,
+        counters,
     })
 }
