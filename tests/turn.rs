@@ -118,12 +118,12 @@ fn passwd_and_group() -> (Vec<u8>, Vec<u8>) {
 fn users_are_made_exactly_as_allotted_or_not_at_all() {
     need_root!();
     let home = Path::new("/home");
-    let name = "tonotest61950";
+    let name = "tonotest61970";
     let _cleanup = Allotted(name.into());
-    let _other = Allotted("tonotest61953".into());
-    let u = account::ensure_user(name, 61950, 61951, home).unwrap();
-    assert_eq!((u.uid, u.gid), (61950, 61951));
-    assert_eq!(mode_of(&u.home), (61950, 61951, 0o700));
+    let _other = Allotted("tonotest61973".into());
+    let u = account::ensure_user(name, 61970, 61971, home).unwrap();
+    assert_eq!((u.uid, u.gid), (61970, 61971));
+    assert_eq!(mode_of(&u.home), (61970, 61971, 0o700));
     assert_eq!(
         std::fs::read_dir(&u.home).unwrap().count(),
         0,
@@ -131,9 +131,9 @@ fn users_are_made_exactly_as_allotted_or_not_at_all() {
     );
     // Its own group and no other.
     let id = Command::new("id").args(["-G", name]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "61951");
+    assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "61971");
     // Idempotent with the same numbers.
-    assert_eq!(account::ensure_user(name, 61950, 61951, home).unwrap(), u);
+    assert_eq!(account::ensure_user(name, 61970, 61971, home).unwrap(), u);
 
     let before = passwd_and_group();
     let refused = |r: Result<TargetUser, AccountError>, says: &str| match r {
@@ -143,42 +143,42 @@ fn users_are_made_exactly_as_allotted_or_not_at_all() {
         other => panic!("expected a refusal saying {says:?}, got {other:?}"),
     };
     refused(
-        account::ensure_user(name, 61952, 61951, home),
-        "exists with uid 61950",
+        account::ensure_user(name, 61972, 61971, home),
+        "exists with uid 61970",
     );
     refused(
-        account::ensure_user("tonotest61953", 61950, 61953, home),
-        "uid 61950 belongs to",
+        account::ensure_user("tonotest61973", 61970, 61973, home),
+        "uid 61970 belongs to",
     );
     refused(
-        account::ensure_user("tonotest61953", 61953, 61951, home),
-        "gid 61951 belongs to group",
+        account::ensure_user("tonotest61973", 61973, 61971, home),
+        "gid 61971 belongs to group",
     );
     refused(
-        account::ensure_user("tonotest61953", 0, 61953, home),
+        account::ensure_user("tonotest61973", 0, 61973, home),
         "uid 0",
     );
     refused(
-        account::ensure_user("tonotest61953", 61953, 0, home),
+        account::ensure_user("tonotest61973", 61973, 0, home),
         "gid 0",
     );
     refused(
-        account::ensure_user("tonotest61953", 999, 61953, home),
+        account::ensure_user("tonotest61973", 999, 61973, home),
         "system range",
     );
     refused(
-        account::ensure_user("tonotest61953", u32::MAX, 61953, home),
+        account::ensure_user("tonotest61973", u32::MAX, 61973, home),
         "-1",
     );
     refused(
-        account::ensure_user("../etc", 61953, 61953, home),
+        account::ensure_user("../etc", 61973, 61973, home),
         "lowercase",
     );
     refused(
         account::ensure_user(
-            "tonotest61953",
-            61953,
-            61953,
+            "tonotest61973",
+            61973,
+            61973,
             Path::new("/var/lib/tono/homes"),
         ),
         "inside the worker's folders",
@@ -187,16 +187,16 @@ fn users_are_made_exactly_as_allotted_or_not_at_all() {
     let open_base = tempfile::tempdir_in("/var/lib").unwrap();
     std::fs::set_permissions(open_base.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     refused(
-        account::ensure_user("tonotest61953", 61953, 61953, open_base.path()),
+        account::ensure_user("tonotest61973", 61973, 61973, open_base.path()),
         "mode 0777",
     );
     let in_tmp = tempfile::tempdir().unwrap();
     refused(
-        account::ensure_user("tonotest61953", 61953, 61953, in_tmp.path()),
+        account::ensure_user("tonotest61973", 61973, 61973, in_tmp.path()),
         "/tmp is not a folder owned by root",
     );
     assert_eq!(passwd_and_group(), before, "a refusal changed nothing");
-    assert!(TargetUser::lookup(&UserSpec::Name("tonotest61953".into())).is_err());
+    assert!(TargetUser::lookup(&UserSpec::Name("tonotest61973".into())).is_err());
 
     // Removal: the home is emptied as the user, then removed by root.
     std::fs::write(u.home.join("f"), b"x").unwrap();
