@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{launcher, rt, tono_bin, TestUser};
+use common::{launcher, live_processes_of, rt, sha256_hex, tono_bin, TestUser};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientRequest, JsonObject, ProgressNotificationParam,
     Request,
@@ -90,33 +90,6 @@ fn text(r: &CallToolResult) -> String {
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Live processes whose real uid is `uid`.
-fn live_processes_of(uid: u32) -> usize {
-    let uid = uid.to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
-        .filter(|s| {
-            let field = |name: &str| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .and_then(|v| v.split_whitespace().next().map(str::to_owned))
-            };
-            field("Uid:").as_deref() == Some(uid.as_str())
-                && field("State:").as_deref() != Some("Z")
-        })
-        .count()
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{launch_bin, tono_bin, TestUser};
+use common::{launch_bin, sha256_hex, tono_bin, TestUser};
 use serde_json::Value;
 
 /// Makes sure Python's `mcp` package is importable, installing it with pip.
@@ -43,14 +43,6 @@ fn python_mcp() -> bool {
         "\n*** SKIPPED the Python MCP interop test: `python3 -m pip install mcp` failed ***\n"
     );
     false
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{launcher, rt, TestUser};
+use common::{launcher, live_processes_of, rt, TestUser};
 use tono_seal::turn::provider::{Provider, ProviderSpec};
 use tono_seal::turn::run_as::{
     resolve, AgentAnswer, AgentKind, AllottedUser, Answer, PersonAnswer, Question, Resolution,
@@ -92,27 +92,6 @@ const LIMITS: SignInLimits = SignInLimits {
     session: Duration::from_secs(60),
 };
 
-/// Live (not zombie) processes whose real uid is `uid`. A killed
-/// grandchild is reaped by init in its own time; as a zombie it runs nothing.
-fn processes_of(uid: u32) -> usize {
-    let uid = uid.to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
-        .filter(|status| {
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .and_then(|v| v.split_whitespace().next().map(str::to_owned))
-            };
-            field("Uid:").as_deref() == Some(uid.as_str())
-                && field("State:").as_deref() != Some("Z")
-        })
-        .count()
-}
-
 #[test]
 fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
     need_root!();
@@ -148,14 +127,14 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
     assert_eq!(prompt.url, "https://auth.openai.com/codex/device");
     assert_eq!(prompt.code.as_deref(), Some("WXYZ-98765"));
     assert!(
-        processes_of(u.user.uid) >= 1,
+        live_processes_of(u.user.uid) >= 1,
         "the sign-in still runs as the user"
     );
     let stopping = Instant::now();
     rt.block_on(session.stop());
     eprintln!("stopping the good sign-in took {:?}", stopping.elapsed());
     assert_eq!(
-        processes_of(u.user.uid),
+        live_processes_of(u.user.uid),
         0,
         "stopping the session kills the sign-in"
     );
@@ -194,7 +173,7 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
         }
         // Every refused sign-in was killed and reaped before its error.
         assert_eq!(
-            processes_of(u.user.uid),
+            live_processes_of(u.user.uid),
             0,
             "{name}: the sign-in outlived its refusal"
         );

@@ -171,3 +171,33 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Live (not zombie) processes whose real uid is `uid`. A killed
+/// grandchild is reaped by init in its own time; as a zombie it runs nothing.
+pub fn live_processes_of(uid: u32) -> usize {
+    let uid = uid.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|status| {
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.split_whitespace().next().map(str::to_owned))
+            };
+            field("Uid:").as_deref() == Some(uid.as_str())
+                && field("State:").as_deref() != Some("Z")
+        })
+        .count()
+}
