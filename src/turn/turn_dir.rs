@@ -48,14 +48,6 @@ pub enum TurnError {
     /// The worker state.
     #[error(transparent)]
     State(#[from] StateError),
-    /// The base has the wrong mode.
-    #[error("the turn base {path} has mode {mode:04o}; it must be {TURN_BASE_MODE:04o}")]
-    BaseMode {
-        /// The base.
-        path: PathBuf,
-        /// Its mode.
-        mode: u32,
-    },
     /// The turn already has a folder or a handover.
     #[error("turn {0} already has a folder")]
     Exists(String),
@@ -123,17 +115,12 @@ pub struct TurnBase {
 }
 
 impl TurnBase {
-    /// Opens (creating) the base at `path`, mode 0711.
+    /// Opens (creating) the base at `path` and sets its mode to exactly
+    /// 0711 through its fd.
     pub fn open(path: &Path) -> Result<Self, TurnError> {
-        let dir = RootDir::open(path, Some(TURN_BASE_MODE))?;
-        let mode = dir.mode()?;
-        if mode != TURN_BASE_MODE {
-            return Err(TurnError::BaseMode {
-                path: path.to_path_buf(),
-                mode,
-            });
-        }
-        Ok(Self { dir })
+        Ok(Self {
+            dir: RootDir::open(path, Some(TURN_BASE_MODE))?,
+        })
     }
 
     /// The base folder.
