@@ -85,6 +85,16 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
 pub fn parse_strict_json(raw: &[u8]) -> Result<Value, Verdict> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
+    // Counting brackets is a vectorised pass; only a call with more
+    // brackets than the limit needs the exact scan.
+    if raw.iter().filter(|&&b| b == b'[' || b == b'{').count() > MAX_DEPTH
+        && nesting_depth(raw) > MAX_DEPTH
+    {
+        return Err(Verdict::refuse(
+            "call_too_deep",
+            format!("{TOO_DEEP} {MAX_DEPTH}"),
+        ));
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     StrictValue { depth: 0 }
         .deserialize(&mut de)
@@ -99,6 +109,36 @@ pub fn parse_strict_json(raw: &[u8]) -> Result<Value, Verdict> {
                 Verdict::refuse("call_not_json", msg)
             }
         })
+}
+
+/// The deepest nesting of `[` and `{` outside strings, found by one scan
+/// before any value is built: a deep call is refused without building (and
+/// then dropping) 32 levels of maps. Exact for valid JSON; for invalid JSON
+/// the parser refuses anyway. [`StrictValue`] checks depth again.
+fn nesting_depth(raw: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in raw {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 const DUPLICATE: &str = "duplicate key";
@@ -226,6 +266,15 @@ mod tests {
             "]".repeat(40)
         );
         assert_eq!(refused(deep.as_bytes()), "call_too_deep");
+        // Exactly MAX_DEPTH levels parse; brackets inside strings (escaped
+        // quotes included) do not count.
+        let at_limit = format!(
+            "{{\"tool\":\"a\",\"args\":{{\"x\":\"\\\"[[[[\",\"y\":{}{}}}}}",
+            "[".repeat(MAX_DEPTH - 2),
+            "]".repeat(MAX_DEPTH - 2)
+        );
+        assert!(parse_call(at_limit.as_bytes()).is_ok(), "{at_limit}");
+        assert_eq!(nesting_depth(at_limit.as_bytes()), MAX_DEPTH);
         let big = format!(
             "{{\"tool\":\"a\",\"args\":{{\"x\":\"{}\"}}}}",
             "a".repeat(MAX_CALL_BYTES)

@@ -135,10 +135,54 @@ fn in_v6(addr: Ipv6Addr, r: &Range<Ipv6Addr>) -> bool {
     u128::from(addr) & mask == u128::from(r.base) & mask
 }
 
+/// What `addr` is, if it is in [`V4_REFUSED`].
+fn v4_refused(addr: Ipv4Addr) -> Option<&'static str> {
+    V4_REFUSED.iter().find(|r| in_v4(addr, r)).map(|r| r.what)
+}
+
+/// Why `addr` may not stay, if it may not: the code and what it is.
+/// Embedded IPv4 forms are judged by their IPv4; only global unicast outside
+/// [`V6_REFUSED`] passes.
+fn v6_refused(addr: Ipv6Addr) -> Option<(&'static str, &'static str)> {
+    let bits = u128::from(addr);
+    let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    // ::ffff:a.b.c.d (mapped, RFC 4291) and 64:ff9b::a.b.c.d (NAT64, RFC 6052).
+    if bits >> 32 == 0xffff || bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
+        return v4_refused(low32).map(|what| ("ip_embeds_refused_v4", what));
+    }
+    // ::a.b.c.d (compatible, deprecated by RFC 4291), ::1 and ::.
+    if bits >> 32 == 0 {
+        return Some((
+            "ip_not_public",
+            "unspecified, loopback or IPv4-compatible (RFC 4291)",
+        ));
+    }
+    if bits >> 125 != 0b001 {
+        return Some((
+            "ip_not_public",
+            "outside global unicast 2000::/3 (ULA fc00::/7 incl. fd00:ec2::254, link-local, multicast, reserved)",
+        ));
+    }
+    V6_REFUSED
+        .iter()
+        .find(|r| in_v6(addr, r))
+        .map(|r| ("ip_not_public", r.what))
+}
+
+/// The refusal for an address spelled `shown` (a code from the checks
+/// above): an embedded IPv4 says so.
+fn address_refusal(shown: &dyn std::fmt::Display, code: &'static str, what: &str) -> EgressRefusal {
+    if code == "ip_embeds_refused_v4" {
+        refuse(code, format!("{shown} embeds an IPv4 that is {what}"))
+    } else {
+        refuse(code, format!("{shown} is {what}"))
+    }
+}
+
 /// Checks an IPv4 address against the table.
 pub fn check_v4(addr: Ipv4Addr) -> Result<(), EgressRefusal> {
-    match V4_REFUSED.iter().find(|r| in_v4(addr, r)) {
-        Some(r) => Err(refuse("ip_not_public", format!("{addr} is {}", r.what))),
+    match v4_refused(addr) {
+        Some(what) => Err(address_refusal(&addr, "ip_not_public", what)),
         None => Ok(()),
     }
 }
@@ -146,34 +190,10 @@ pub fn check_v4(addr: Ipv4Addr) -> Result<(), EgressRefusal> {
 /// Checks an IPv6 address: embedded IPv4 forms are judged by their IPv4;
 /// only global unicast outside the special ranges passes.
 pub fn check_v6(addr: Ipv6Addr) -> Result<(), EgressRefusal> {
-    let bits = u128::from(addr);
-    let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
-    // ::ffff:a.b.c.d (mapped, RFC 4291) and 64:ff9b::a.b.c.d (NAT64, RFC 6052).
-    if bits >> 32 == 0xffff || bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
-        return check_v4(low32).map_err(|e| {
-            refuse(
-                "ip_embeds_refused_v4",
-                format!("{addr} embeds {}", e.reason),
-            )
-        });
+    match v6_refused(addr) {
+        Some((code, what)) => Err(address_refusal(&addr, code, what)),
+        None => Ok(()),
     }
-    // ::a.b.c.d (compatible, deprecated by RFC 4291), ::1 and ::.
-    if bits >> 32 == 0 {
-        return Err(refuse(
-            "ip_not_public",
-            format!("{addr} is unspecified, loopback or IPv4-compatible (RFC 4291)"),
-        ));
-    }
-    if bits >> 125 != 0b001 {
-        return Err(refuse(
-            "ip_not_public",
-            format!("{addr} is outside global unicast 2000::/3 (ULA fc00::/7 incl. fd00:ec2::254, link-local, multicast, reserved)"),
-        ));
-    }
-    if let Some(r) = V6_REFUSED.iter().find(|r| in_v6(addr, r)) {
-        return Err(refuse("ip_not_public", format!("{addr} is {}", r.what)));
-    }
-    Ok(())
 }
 
 /// Host names that never stay (matched on the lowercase name without
@@ -235,7 +255,7 @@ pub fn check_name(host: &str, extra_denied: &[String]) -> Result<(), EgressRefus
     if !name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        || name.contains("..")
+        || name.as_bytes().windows(2).any(|w| w == b"..")
     {
         return Err(refuse(
             "host_invalid",
@@ -296,8 +316,12 @@ pub fn check_url(
     }
     // WHATWG accepts `https:host` and `https:/host` for special schemes; an
     // HTTP client or a human may read those otherwise. Only `scheme://`.
-    let lower = raw.get(..8).unwrap_or(raw).to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+    let starts_with = |prefix: &str| {
+        raw.as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+    };
+    if !(starts_with("http://") || starts_with("https://")) {
         return Err(refuse(
             "url_ambiguous",
             "a stay URL must start with http:// or https://",
@@ -319,17 +343,18 @@ pub fn check_url(
     }
     // Userinfo is empty, so an '@' left in the authority text is a
     // differential between parsers: refuse.
-    let authority_end = raw
-        .find("://")
-        .map(|i| i + 3)
-        .map(|s| s + raw[s..].find(['/', '?', '#']).unwrap_or(raw.len() - s));
-    if let Some(end) = authority_end {
-        if raw[..end].contains('@') {
-            return Err(refuse("url_ambiguous", "an '@' in the authority"));
-        }
-        if raw[..end].ends_with(':') {
-            return Err(refuse("url_ambiguous", "an empty port after ':'"));
-        }
+    // The prefix check above put "://" right after the scheme.
+    let after_slashes = raw.bytes().position(|b| b == b'/').map_or(0, |i| i + 2);
+    let authority_end = raw.as_bytes()[after_slashes..]
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .map_or(raw.len(), |i| after_slashes + i);
+    let authority = &raw.as_bytes()[..authority_end];
+    if authority.contains(&b'@') {
+        return Err(refuse("url_ambiguous", "an '@' in the authority"));
+    }
+    if authority.ends_with(b":") {
+        return Err(refuse("url_ambiguous", "an empty port after ':'"));
     }
     let port = url
         .port_or_known_default()
@@ -345,8 +370,20 @@ pub fn check_url(
     }
     match url.host() {
         None => return Err(refuse("host_invalid", "the URL has no host")),
-        Some(Host::Ipv4(a)) => check_v4(a)?,
-        Some(Host::Ipv6(a)) => check_v6(a)?,
+        // Refusals name the host as the parser wrote it (the normalised
+        // address, no second formatting of it).
+        Some(Host::Ipv4(a)) => {
+            if let Some(what) = v4_refused(a) {
+                let shown = url.host_str().unwrap_or_default();
+                return Err(address_refusal(&shown, "ip_not_public", what));
+            }
+        }
+        Some(Host::Ipv6(a)) => {
+            if let Some((code, what)) = v6_refused(a) {
+                let shown = url.host_str().unwrap_or_default();
+                return Err(address_refusal(&shown, code, what));
+            }
+        }
         Some(Host::Domain(d)) => check_name(d, extra_denied)?,
     }
     Ok(CheckedUrl(url))
