@@ -7,7 +7,7 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use common::{launcher, rt, stderr, stdout, tono, tono_env, TestUser};
+use common::{launcher, rt, sha256_hex, stderr, stdout, tono, tono_env, TestUser};
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -44,14 +44,6 @@ async fn call_as(
 fn shell(user: &TargetUser, grants: &[SecretGrant], command: &str, secrets: &[&str]) -> Outcome {
     let call = json!({"tool": "shell", "args": {"command": command, "secrets": secrets}});
     rt().block_on(call_as(user, grants, call, RunOptions::default()))
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[test]
@@ -189,6 +181,29 @@ fn the_tool_environment_is_exactly_the_plan() {
     want.sort();
     let got: Vec<String> = out.stdout.lines().map(String::from).collect();
     assert_eq!(got, want, "{out:?}");
+}
+
+#[test]
+fn the_tool_starts_with_no_signal_blocked_or_ignored() {
+    need_root!();
+    let u = TestUser::with_key();
+    // `exec` so that grep reads its own status, not the shell's. The worker
+    // (Rust) ignores SIGPIPE and tokio masks signals: neither may leak.
+    let out = shell(
+        &u.user,
+        &[],
+        "exec grep -E '^Sig(Blk|Ign):' /proc/self/status",
+        &[],
+    );
+    let want = "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n";
+    assert_eq!(out.stdout, want, "{out:?}");
+    // A writer into a closed pipe dies of SIGPIPE, quietly, as in a shell.
+    let out = shell(&u.user, &[], "yes | head -c 1", &[]);
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str()),
+        ("y", ""),
+        "{out:?}"
+    );
 }
 
 #[test]

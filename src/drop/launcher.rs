@@ -314,6 +314,9 @@ fn exec_program(
     let argv_refs: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
     let env_refs: Vec<&CStr> = envp.iter().map(|e| e.as_c_str()).collect();
     let _ = status.write_all(&[EXEC_MARK]);
+    sys::default_all_signals().map_err(|e| {
+        LaunchError::sys(Stage::Exec, "signal_failed", "reset signal dispositions", e)
+    })?;
     let errno = match nix::unistd::execve(&program, &argv_refs, &env_refs) {
         Err(e) => e,
         Ok(never) => match never {},

@@ -10,9 +10,12 @@
 //! deadlocks, and a background process holding the pipes cannot hang the
 //! call past a short drain window. A dropped future kills and reaps too.
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -119,19 +122,16 @@ pub struct Finished {
 /// Kills and reaps the child (and empties its cgroup) if the launch is
 /// abandoned.
 struct ChildGuard {
-    child: Option<Child>,
+    /// The launcher's pid while it is unreaped (so the id is still ours).
+    unreaped: Option<Pid>,
     cgroup: Option<CallCgroup>,
 }
 
 impl ChildGuard {
-    fn pgid(&self) -> Option<Pid> {
-        self.child.as_ref().map(|c| Pid::from_raw(c.id() as i32))
-    }
-
     /// SIGKILLs the group the launcher made with `setsid` (pgid = its pid).
     /// Called only while the leader is unreaped, so the id is still ours.
     fn kill_group(&self) {
-        if let Some(pgid) = self.pgid() {
+        if let Some(pgid) = self.unreaped {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
         if let Some(cg) = &self.cgroup {
@@ -140,21 +140,36 @@ impl ChildGuard {
     }
 
     fn reap(&mut self) -> Option<ExitStatus> {
-        self.child.take().and_then(|mut c| c.wait().ok())
+        self.unreaped
+            .take()
+            .and_then(|pid| sys::reap(pid.as_raw()).ok())
     }
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(pid) = self.unreaped.take() {
+            // Before the launcher's setsid the group is not yet its own;
+            // the pid itself is killed too.
+            let _ = killpg(pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = sys::reap(pid.as_raw());
         }
         if let Some(cg) = self.cgroup.take() {
             let _ = cg.finish();
         }
     }
+}
+
+/// `/dev/null` for reading, CLOEXEC, above the launch fds.
+fn open_null() -> io::Result<OwnedFd> {
+    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
+    sys::dup_above(&null)
+}
+
+/// The child's stream from `fd`, or the worker's own when there is none.
+fn stdio_from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
+    fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
 }
 
 fn spawn_error(what: &str, e: io::Error) -> LaunchError {
@@ -230,42 +245,46 @@ pub async fn launch_tapped(
     let (status_r, status_w) =
         sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
 
-    let mut cmd = Command::new(launcher.path());
-    cmd.env_clear().current_dir("/");
-    cmd.stdin(match input {
-        Input::Null => Stdio::null(),
-        Input::Inherit => Stdio::inherit(),
-    });
-    let (out, err) = match output {
-        Output::Capture(_) => (Stdio::piped(), Stdio::piped()),
-        Output::Inherit => (Stdio::inherit(), Stdio::inherit()),
+    let path = CString::new(launcher.path().as_os_str().as_bytes())
+        .map_err(|e| spawn_error("launcher path", e.into()))?;
+    let null = match input {
+        Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
+        Input::Inherit => None,
     };
-    cmd.stdout(out).stderr(err);
-    sys::map_launch_fds(&mut cmd, &plan_r, &status_w);
+    let (out_pipe, err_pipe) = match output {
+        Output::Capture(_) => (
+            Some(sys::pipe_above_status().map_err(|e| spawn_error("stdout pipe", e))?),
+            Some(sys::pipe_above_status().map_err(|e| spawn_error("stderr pipe", e))?),
+        ),
+        Output::Inherit => (None, None),
+    };
+    let stdio = [
+        stdio_from(null.as_ref()),
+        stdio_from(out_pipe.as_ref().map(|(_, w)| w)),
+        stdio_from(err_pipe.as_ref().map(|(_, w)| w)),
+    ];
 
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
+    let pid = sys::spawn_launcher(&path, stdio, plan_r.as_fd(), status_w.as_fd())
         .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
-    drop(plan_r);
-    drop(status_w);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let pid = child.id();
     let mut guard = ChildGuard {
-        child: Some(child),
+        unreaped: Some(Pid::from_raw(pid)),
         cgroup,
     };
+    // The child has its copies; the worker keeps only its own ends.
+    drop((plan_r, status_w, null));
+    let stdout = out_pipe.map(|(r, _)| r);
+    let stderr = err_pipe.map(|(r, _)| r);
 
-    let pidfd = sys::pidfd_open(pid).map_err(|e| spawn_error("pidfd_open", e))?;
+    let pidfd = sys::pidfd_open(pid as u32).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;
     let receiver = |fd: std::os::fd::OwnedFd| pipe::Receiver::from_owned_fd(fd);
     let mut out_rx = stdout
-        .map(|s| receiver(s.into()))
+        .map(receiver)
         .transpose()
         .map_err(|e| spawn_error("stdout pipe", e))?;
     let mut err_rx = stderr
-        .map(|s| receiver(s.into()))
+        .map(receiver)
         .transpose()
         .map_err(|e| spawn_error("stderr pipe", e))?;
     let mut status_rx = Some(receiver(status_r).map_err(|e| spawn_error("status pipe", e))?);
