@@ -1,5 +1,5 @@
 //! Shared set-up for the integration tests: the root guard, real throwaway
-//! users (`tonotest<uid>`, uids 61000–61899, created one at a time and
+//! users (`tonotest<uid>`, uids 61000–61799, created one at a time and
 //! removed on drop), and runners for the built binaries.
 #![allow(dead_code)]
 
@@ -47,14 +47,14 @@ impl TestUser {
     pub fn bare() -> Self {
         let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
         // Spread processes over the range so two test binaries never collide.
-        let start = 61000 + (std::process::id() % 9) * 100;
-        let uid = (start..61900)
+        let start = 61000 + (std::process::id() % 8) * 100;
+        let uid = (start..61800)
             .chain(61000..start)
             .find(|uid| {
                 TargetUser::lookup(&UserSpec::Uid(*uid)).is_err()
                     && TargetUser::lookup(&UserSpec::Name(format!("tonotest{uid}"))).is_err()
             })
-            .expect("a free test uid in 61000-61899");
+            .expect("a free test uid in 61000-61799");
         let user = account::ensure_user(&format!("tonotest{uid}"), uid, uid, Path::new("/home"))
             .expect("create test user");
         Self { user }
