@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -149,16 +149,30 @@ fn main() {
     let run_all = |calls: usize| {
         let issued = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(AtomicUsize::new(0));
-        let rss = Arc::new(Mutex::new(vec![rss_kib()]));
+        // Latencies go in one table written before the first sample, so the
+        // bench's own bookkeeping does not show up as worker RSS growth.
+        let latencies: Arc<Vec<AtomicU64>> =
+            Arc::new((0..calls).map(|_| AtomicU64::new(u64::MAX)).collect());
+        let rss = Arc::new(Mutex::new(Vec::with_capacity(calls / sample_every + 2)));
+        rss.lock().unwrap().push(rss_kib());
         let started = Instant::now();
         let results = rt.block_on(async {
             let mut tasks = tokio::task::JoinSet::new();
             for user in users.clone() {
-                let (shared, issued, done, rss) =
-                    (shared.clone(), issued.clone(), done.clone(), rss.clone());
+                let (shared, issued, done, rss, latencies) = (
+                    shared.clone(),
+                    issued.clone(),
+                    done.clone(),
+                    rss.clone(),
+                    latencies.clone(),
+                );
                 tasks.spawn(async move {
-                    let (mut latencies, mut errors) = (Vec::new(), Vec::new());
-                    while issued.fetch_add(1, Ordering::SeqCst) < calls {
+                    let mut errors = Vec::new();
+                    loop {
+                        let ticket = issued.fetch_add(1, Ordering::SeqCst);
+                        if ticket >= calls {
+                            break;
+                        }
                         let req = DropRequest {
                             launcher: &shared.launcher,
                             policy: &shared.policy,
@@ -169,7 +183,10 @@ fn main() {
                         };
                         let t = Instant::now();
                         let out = drop_and_run(&req).await;
-                        latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                        latencies[ticket].store(
+                            (t.elapsed().as_secs_f64() * 1e3).to_bits(),
+                            Ordering::Relaxed,
+                        );
                         if out.exit_code != Some(0) {
                             errors.push(format!("{out:?}"));
                         }
@@ -178,19 +195,22 @@ fn main() {
                             rss.lock().unwrap().push(rss_kib());
                         }
                     }
-                    (latencies, errors)
+                    errors
                 });
             }
-            let mut all = (Vec::new(), Vec::new());
-            while let Some(r) = tasks.join_next().await {
-                let (l, e) = r.unwrap();
-                all.0.extend(l);
-                all.1.extend(e);
+            let mut errors = Vec::new();
+            while let Some(e) = tasks.join_next().await {
+                errors.extend(e.unwrap());
             }
-            all
+            errors
         });
+        let secs = started.elapsed().as_secs_f64();
+        let latencies: Vec<f64> = latencies
+            .iter()
+            .map(|l| f64::from_bits(l.load(Ordering::Relaxed)))
+            .collect();
         let rss = rss.lock().unwrap().clone();
-        (started.elapsed().as_secs_f64(), results, rss)
+        (secs, (latencies, results), rss)
     };
     run_all(users_n);
     let (fds_before, children_before) = (open_fds(), children());
