@@ -2,7 +2,9 @@
 //! `setpriv`. As root: creates its own throwaway user with 3 sealed
 //! secrets, installs `sudo` if missing, warms up, then runs rounds of every
 //! case. `cargo bench --bench drop` (ROUNDS=N to change the 300 default).
-//! Writes `target/bench/drop.json`.
+//! Writes `target/bench/drop.json` and, from it, `target/bench/drop.svg`
+//! (median and p99 per case). With `STATIC_LAUNCHER=path` it also times a
+//! statically linked `tono-launch` built by the operator (see the README).
 
 use std::io::Write;
 use std::path::Path;
@@ -87,6 +89,7 @@ fn main() {
         .build()
         .unwrap();
     let launcher = Launcher::at(&launch);
+    let static_launcher = std::env::var_os("STATIC_LAUNCHER").map(|p| Launcher::at(Path::new(&p)));
     let policy = Policy::default();
     let grants: Vec<SecretGrant> = ["a", "b", "c"]
         .iter()
@@ -99,13 +102,13 @@ fn main() {
     )
     .unwrap();
     let uid = UID.to_string();
-    let drop_call = |call: &[u8], cgroup: bool, user: &TargetUser| {
+    let drop_call = |call: &[u8], cgroup: bool, user: &TargetUser, launcher: &Launcher| {
         let options = RunOptions {
             cgroup,
             ..RunOptions::default()
         };
         let req = DropRequest {
-            launcher: &launcher,
+            launcher,
             policy: &policy,
             user,
             grants: &grants,
@@ -115,7 +118,7 @@ fn main() {
         let out = rt.block_on(drop_and_run(&req));
         assert_eq!(out.exit_code, Some(0), "{out:?}");
     };
-    let cases: Vec<Case> = vec![
+    let mut cases: Vec<Case> = vec![
         (
             "1 bare spawn /bin/true (tokio)",
             Box::new(|| {
@@ -166,15 +169,15 @@ fn main() {
         ),
         (
             "5 drop_and_run spawn, no secrets",
-            Box::new(|| drop_call(&call_plain, true, &user)),
+            Box::new(|| drop_call(&call_plain, true, &user, &launcher)),
         ),
         (
             "6 drop_and_run spawn, 3 secrets",
-            Box::new(|| drop_call(&call_secrets, true, &user)),
+            Box::new(|| drop_call(&call_secrets, true, &user, &launcher)),
         ),
         (
             "6b drop_and_run, 3 secrets, no cgroup",
-            Box::new(|| drop_call(&call_secrets, false, &user)),
+            Box::new(|| drop_call(&call_secrets, false, &user, &launcher)),
         ),
         (
             "7 tono-seal run, 3 secrets (process)",
@@ -195,6 +198,12 @@ fn main() {
             }),
         ),
     ];
+    if let Some(fast) = &static_launcher {
+        cases.push((
+            "6s drop_and_run, 3 secrets, static launcher",
+            Box::new(|| drop_call(&call_secrets, true, &user, fast)),
+        ));
+    }
     for (_, f) in &cases {
         for _ in 0..20 {
             f();
@@ -224,14 +233,23 @@ fn main() {
         "{:<56} {:>9} {:>9} {:>9} {:>8}",
         "case", "median µs", "p90 µs", "p99 µs", "÷setpriv"
     );
+    let mut medians = Vec::new();
     for (i, (label, _)) in cases.iter().enumerate() {
         let (m, p90, p99) = stats(samples[i].clone());
+        medians.push(m);
         println!(
             "{label:<56} {m:>9.0} {p90:>9.0} {p99:>9.0} {:>8.2}",
             m / setpriv
         );
         rows.push(json!({"case": label, "median_us": m, "p90_us": p90, "p99_us": p99, "ratio_to_setpriv": m / setpriv}));
     }
+    let target = |what: &str, ratio: f64, limit: f64| {
+        let verdict = if ratio <= limit { "held" } else { "NOT held" };
+        println!("target {what:<44} {ratio:>5.2} (≤ {limit}) {verdict}");
+    };
+    target("case 6 ÷ case 2 (setpriv)", medians[5] / medians[1], 1.0);
+    target("case 6 ÷ case 4 (sudo -u)", medians[5] / medians[3], 0.4);
+    target("case 5 ÷ case 1 (bare spawn)", medians[4] / medians[0], 2.5);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
     std::fs::write(
@@ -239,6 +257,76 @@ fn main() {
         serde_json::to_vec_pretty(&rows).unwrap(),
     )
     .unwrap();
+    let json: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(dir.join("drop.json")).unwrap()).unwrap();
+    std::fs::write(dir.join("drop.svg"), chart(&json, rounds)).unwrap();
+    eprintln!("wrote {0}/drop.json and {0}/drop.svg", dir.display());
     drop(cases);
     let _ = account::remove_user(&name);
+}
+
+/// A horizontal bar chart of median and p99 per case, as SVG, drawn from
+/// the rows of `drop.json` (no plotting crate: a chart this plain does not
+/// need font metrics, and the bench stays light to build).
+fn chart(rows: &[serde_json::Value], rounds: usize) -> String {
+    let (left, width, row_h, top) = (330.0, 420.0, 34.0, 40.0);
+    let max = rows
+        .iter()
+        .map(|r| r["p99_us"].as_f64().unwrap())
+        .fold(1.0, f64::max);
+    // A round tick step: 1, 2 or 5 × 10^n µs, about five ticks.
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap();
+    let scale = |us: f64| us / (step * (max / step).ceil()) * width;
+    let height = top + row_h * rows.len() as f64 + 40.0;
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="10" y="20" font-size="14">drop cost per call, {rounds} interleaved rounds: median (dark) and p99 (light), ms</text>
+"##,
+        w = left + width + 30.0
+    );
+    let axis_y = top + row_h * rows.len() as f64 + 4.0;
+    let mut tick = 0.0;
+    while tick <= step * (max / step).ceil() + 0.5 {
+        let x = left + scale(tick);
+        svg += &format!(
+            r##"<line x1="{x:.1}" y1="{top0}" x2="{x:.1}" y2="{axis_y}" stroke="#ccc"/>
+<text x="{x:.1}" y="{ty}" text-anchor="middle">{ms}</text>
+"##,
+            top0 = top - 4.0,
+            ty = axis_y + 16.0,
+            ms = tick / 1000.0,
+        );
+        tick += step;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let y = top + row_h * i as f64;
+        let (median, p99) = (
+            row["median_us"].as_f64().unwrap(),
+            row["p99_us"].as_f64().unwrap(),
+        );
+        let label = row["case"].as_str().unwrap().replace('&', "&amp;");
+        svg += &format!(
+            r##"<text x="{lx}" y="{ty}" text-anchor="end">{label}</text>
+<rect x="{left}" y="{y}" width="{p99w:.1}" height="24" fill="#9ecae1"/>
+<rect x="{left}" y="{y6}" width="{mw:.1}" height="12" fill="#08519c"/>
+<text x="{tx:.1}" y="{ty}">{m:.2} / {p:.2}</text>
+"##,
+            lx = left - 8.0,
+            ty = y + 16.0,
+            y6 = y + 6.0,
+            p99w = scale(p99),
+            mw = scale(median),
+            tx = left + scale(p99) + 4.0,
+            m = median / 1000.0,
+            p = p99 / 1000.0,
+        );
+    }
+    svg + "</svg>\n"
 }

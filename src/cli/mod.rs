@@ -376,7 +376,6 @@ pub async fn keys_op(
         input,
         output,
         Duration::from_secs(600),
-        None,
     )
     .await?;
     match done.report {

@@ -393,47 +393,53 @@ pub(crate) async fn launch_as(
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
         ));
     }
-    let (call_cgroup, mut applied) = if options.cgroup {
-        match CallCgroup::create(cgroup::mounts(), uid, options.pids_max, options.memory_max) {
-            Ok((cg, applied)) => (Some(cg), applied),
-            Err(e) => {
-                return Err(LaunchError::new(
-                    Stage::Spawn,
-                    "cgroup_create_failed",
-                    format!("creating the call's cgroup: {e}"),
-                ))
-            }
-        }
-    } else {
-        (None, AppliedLimits::default())
-    };
-    applied.rlimit_nproc = options.limits.nproc;
-    applied.rlimit_nofile = options.limits.nofile;
-    let mut limits = options.limits;
-    if applied.memory_max.is_none() {
-        // No memory cgroup: the address-space limit is what is left.
-        limits.address_space = Some(options.memory_max);
-        applied.memory_max = Some((options.memory_max, "RLIMIT_AS".into()));
-    }
+    let mut applied = AppliedLimits::default();
     let plan = LaunchPlan {
         user: user.name.clone(),
         uid: user.uid,
         gid: user.gid,
         home: user.home.clone(),
-        limits,
-        cgroups: call_cgroup
+        limits: options.limits,
+        cgroups: Vec::new(),
+        action,
+    };
+    let applied_out = &mut applied;
+    let prepare = move |plan: &mut LaunchPlan| {
+        let (call_cgroup, mut applied) = if options.cgroup {
+            let (cg, applied) =
+                CallCgroup::create(cgroup::mounts(), uid, options.pids_max, options.memory_max)
+                    .map_err(|e| {
+                        LaunchError::new(
+                            Stage::Spawn,
+                            "cgroup_create_failed",
+                            format!("creating the call's cgroup: {e}"),
+                        )
+                    })?;
+            (Some(cg), applied)
+        } else {
+            (None, AppliedLimits::default())
+        };
+        applied.rlimit_nproc = options.limits.nproc;
+        applied.rlimit_nofile = options.limits.nofile;
+        if applied.memory_max.is_none() {
+            // No memory cgroup: the address-space limit is what is left.
+            plan.limits.address_space = Some(options.memory_max);
+            applied.memory_max = Some((options.memory_max, "RLIMIT_AS".into()));
+        }
+        plan.cgroups = call_cgroup
             .as_ref()
             .map(CallCgroup::procs_files)
-            .unwrap_or_default(),
-        action,
+            .unwrap_or_default();
+        *applied_out = applied;
+        Ok(call_cgroup)
     };
     let done = launch_tapped(
         launcher,
-        &plan,
+        plan,
         options.input,
         options.output,
         timeout,
-        call_cgroup,
+        Some(Box::new(prepare)),
         tap,
     )
     .await?;

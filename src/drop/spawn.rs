@@ -216,10 +216,18 @@ pub async fn launch(
     input: Input,
     output: Output,
     timeout: Duration,
-    cgroup: Option<CallCgroup>,
 ) -> Result<Finished, LaunchError> {
-    launch_tapped(launcher, plan, input, output, timeout, cgroup, None).await
+    launch_tapped(launcher, plan.clone(), input, output, timeout, None, None).await
 }
+
+/// Runs once the launcher has started and before its plan is written: it
+/// creates the call's cgroup, if any, and completes the plan (the cgroups
+/// to enter, the limits that stand in for a missing controller). Done
+/// there, the kernel's cgroup set-up overlaps the launcher's loading
+/// instead of preceding it. An error kills the launcher, which never gets
+/// a plan.
+pub type Prepare<'a> =
+    Box<dyn FnOnce(&mut LaunchPlan) -> Result<Option<CallCgroup>, LaunchError> + Send + 'a>;
 
 fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
     if let Some(tx) = tap {
@@ -229,18 +237,17 @@ fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
     }
 }
 
-/// [`launch`], with every captured chunk also sent to `tap` as it arrives.
+/// [`launch`], with `prepare` run between the start and the plan, and
+/// every captured chunk also sent to `tap` as it arrives.
 pub async fn launch_tapped(
     launcher: &Launcher,
-    plan: &LaunchPlan,
+    mut plan: LaunchPlan,
     input: Input,
     output: Output,
     timeout: Duration,
-    cgroup: Option<CallCgroup>,
+    prepare: Option<Prepare<'_>>,
     mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
-    let plan_bytes = serde_json::to_vec(plan)
-        .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
     let (plan_r, plan_w) = sys::pipe_above_status().map_err(|e| spawn_error("plan pipe", e))?;
     let (status_r, status_w) =
         sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
@@ -269,10 +276,17 @@ pub async fn launch_tapped(
         .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
     let mut guard = ChildGuard {
         unreaped: Some(Pid::from_raw(pid)),
-        cgroup,
+        cgroup: None,
     };
     // The child has its copies; the worker keeps only its own ends.
     drop((plan_r, status_w, null));
+    // While the launcher loads, the cgroup is made; the launcher waits for
+    // its plan before it does anything, so it cannot start outside it.
+    if let Some(prepare) = prepare {
+        guard.cgroup = prepare(&mut plan)?;
+    }
+    let plan_bytes = serde_json::to_vec(&plan)
+        .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
     let stdout = out_pipe.map(|(r, _)| r);
     let stderr = err_pipe.map(|(r, _)| r);
 
