@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod launcher;
 pub mod outcome;
 pub mod plan;
+pub mod pool;
 pub mod probe;
 pub mod report;
 pub mod run;

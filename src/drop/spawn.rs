@@ -2,7 +2,9 @@
 //!
 //! Guarantees: the launcher starts with an empty environment, its plan on a
 //! pipe (fd 3) and its status pipe (fd 4), and no other fd of the worker
-//! (every worker fd is CLOEXEC or closed by the launcher's `close_range`).
+//! (every worker fd is CLOEXEC or closed by the launcher's `close_range`),
+//! whether it was started for the call or taken waiting from
+//! [`super::pool`]; its plan is written only once the call's cgroups exist.
 //! The child is watched through a pidfd; when it exits, or its timeout
 //! fires, its whole process group is killed while the exited leader is not
 //! yet reaped (so the group id cannot have been reused), then it is reaped.
@@ -10,10 +12,7 @@
 //! deadlocks, and a background process holding the pipes cannot hang the
 //! call past a short drain window. A dropped future kills and reaps too.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use tokio::net::unix::pipe;
 
 use super::cgroup::{CallCgroup, Counters};
 use super::plan::LaunchPlan;
+use super::pool;
 use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
 use super::sys;
 
@@ -36,12 +36,23 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone)]
 pub struct Launcher {
     path: PathBuf,
+    pooled: bool,
 }
 
 impl Launcher {
-    /// The launcher at `path`.
+    /// The launcher at `path`. Calls with stdin `/dev/null` and captured
+    /// output take one already started ([`super::pool`]).
     pub fn at(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+        Self {
+            path: path.into(),
+            pooled: true,
+        }
+    }
+
+    /// The same launcher, started afresh for every call (no pool).
+    pub fn without_pool(mut self) -> Self {
+        self.pooled = false;
+        self
     }
 
     /// `tono-launch` in the same folder as the running program: how an
@@ -161,17 +172,6 @@ impl Drop for ChildGuard {
     }
 }
 
-/// `/dev/null` for reading, CLOEXEC, above the launch fds.
-fn open_null() -> io::Result<OwnedFd> {
-    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
-    sys::dup_above(&null)
-}
-
-/// The child's stream from `fd`, or the worker's own when there is none.
-fn stdio_from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
-    fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
-}
-
 fn spawn_error(what: &str, e: io::Error) -> LaunchError {
     LaunchError {
         stage: Stage::Spawn,
@@ -248,47 +248,44 @@ pub async fn launch_tapped(
     prepare: Option<Prepare<'_>>,
     mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
-    let (plan_r, plan_w) = sys::pipe_above_status().map_err(|e| spawn_error("plan pipe", e))?;
-    let (status_r, status_w) =
-        sys::pipe_above_status().map_err(|e| spawn_error("status pipe", e))?;
-
-    let path = CString::new(launcher.path().as_os_str().as_bytes())
-        .map_err(|e| spawn_error("launcher path", e.into()))?;
-    let null = match input {
-        Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
-        Input::Inherit => None,
+    let capture = matches!(output, Output::Capture(_));
+    let pooled = if launcher.pooled && input == Input::Null && capture {
+        pool::take(launcher.path())
+    } else {
+        None
     };
-    let (out_pipe, err_pipe) = match output {
-        Output::Capture(_) => (
-            Some(sys::pipe_above_status().map_err(|e| spawn_error("stdout pipe", e))?),
-            Some(sys::pipe_above_status().map_err(|e| spawn_error("stderr pipe", e))?),
-        ),
-        Output::Inherit => (None, None),
-    };
-    let stdio = [
-        stdio_from(null.as_ref()),
-        stdio_from(out_pipe.as_ref().map(|(_, w)| w)),
-        stdio_from(err_pipe.as_ref().map(|(_, w)| w)),
-    ];
-
     let started = Instant::now();
-    let pid = sys::spawn_launcher(&path, stdio, plan_r.as_fd(), status_w.as_fd())
-        .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
+    let launched = match pooled {
+        Some(waiting) => waiting,
+        None => {
+            let null = match input {
+                Input::Null => {
+                    Some(pool::open_null().map_err(|e| spawn_error("open /dev/null", e))?)
+                }
+                Input::Inherit => None,
+            };
+            pool::start(launcher.path(), null.as_ref(), capture)
+                .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?
+        }
+    };
+    let pool::Started {
+        pid,
+        plan: plan_w,
+        status: status_r,
+        stdout,
+        stderr,
+    } = launched;
     let mut guard = ChildGuard {
         unreaped: Some(Pid::from_raw(pid)),
         cgroup: None,
     };
-    // The child has its copies; the worker keeps only its own ends.
-    drop((plan_r, status_w, null));
-    // While the launcher loads, the cgroup is made; the launcher waits for
-    // its plan before it does anything, so it cannot start outside it.
+    // While a fresh launcher loads, the cgroup is made; a launcher waits
+    // for its plan before it does anything, so it cannot start outside it.
     if let Some(prepare) = prepare {
         guard.cgroup = prepare(&mut plan)?;
     }
     let plan_bytes = serde_json::to_vec(&plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
-    let stdout = out_pipe.map(|(r, _)| r);
-    let stderr = err_pipe.map(|(r, _)| r);
 
     let pidfd = sys::pidfd_open(pid as u32).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;

@@ -181,6 +181,28 @@ fn above_status(fd: RawFd) -> io::Result<RawFd> {
     }
 }
 
+/// Reaps `pid` if it has exited (`waitpid` with `WNOHANG`): `Some` status
+/// when it had, `None` while it runs. The caller must own `pid` as an
+/// unreaped child.
+pub fn try_reap(pid: libc::pid_t) -> io::Result<Option<std::process::ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid writes only `status`, a live local.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        match rc {
+            0 => return Ok(None),
+            rc if rc == pid => return Ok(Some(std::process::ExitStatus::from_raw(status))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
 /// Reaps `pid` (`waitpid`, retried on EINTR) and returns its exit status.
 /// The caller must own `pid` as an unreaped child.
 pub fn reap(pid: libc::pid_t) -> io::Result<std::process::ExitStatus> {

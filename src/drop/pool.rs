@@ -1,0 +1,182 @@
+//! Launchers started ahead of need, so that a call does not wait for one
+//! to load.
+//!
+//! Starting `tono-launch` (exec, dynamic loading, libc start-up) is about a
+//! third of a call on a small VM. A pooled launcher has done exactly that
+//! and nothing more: it is blocked reading its plan on fd 3, before its
+//! first step (see [`super::launcher`]). It holds nothing of any user and
+//! has not yet entered a cgroup, `setsid()`, dropped or read a key; all of
+//! that happens after the plan arrives, as for a launcher started for the
+//! call. So a call that takes one runs the same steps, checked the same way.
+//!
+//! Guarantees: only calls with stdin `/dev/null` and captured output take a
+//! pooled launcher (the shape it was started with); a pooled launcher that
+//! died while waiting is reaped and never handed out; the pool keeps
+//! [`POOL_SIZE`] launchers per launcher path, refilled by one long-lived
+//! thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
+//! started a process, stays armed for the worker's life). When the worker
+//! exits, the waiting launchers read end-of-file and exit without running
+//! anything.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+use super::sys;
+
+/// How many launchers wait, per launcher path.
+pub const POOL_SIZE: usize = 2;
+
+/// A started launcher and the worker's ends of its pipes.
+#[derive(Debug)]
+pub struct Started {
+    /// The launcher's pid, an unreaped child of the worker.
+    pub pid: libc::pid_t,
+    /// Where its plan is written.
+    pub plan: OwnedFd,
+    /// Where its status comes from.
+    pub status: OwnedFd,
+    /// Its stdout, when captured.
+    pub stdout: Option<OwnedFd>,
+    /// Its stderr, when captured.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
+/// and stdout/stderr into fresh pipes when `capture`, else the worker's.
+pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    let (plan_r, plan_w) = sys::pipe_above_status()?;
+    let (status_r, status_w) = sys::pipe_above_status()?;
+    let (out, err) = if capture {
+        (
+            Some(sys::pipe_above_status()?),
+            Some(sys::pipe_above_status()?),
+        )
+    } else {
+        (None, None)
+    };
+    fn from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
+        fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
+    }
+    let stdio = [
+        from(stdin),
+        from(out.as_ref().map(|(_, w)| w)),
+        from(err.as_ref().map(|(_, w)| w)),
+    ];
+    let pid = sys::spawn_launcher(&c_path, stdio, plan_r.as_fd(), status_w.as_fd())?;
+    // The child has its copies; the worker keeps only its own ends.
+    Ok(Started {
+        pid,
+        plan: plan_w,
+        status: status_r,
+        stdout: out.map(|(r, _)| r),
+        stderr: err.map(|(r, _)| r),
+    })
+}
+
+/// `/dev/null` for reading, CLOEXEC, above the launch fds.
+pub fn open_null() -> io::Result<OwnedFd> {
+    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
+    sys::dup_above(&null)
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// Launchers waiting for a plan, by launcher path.
+    ready: HashMap<PathBuf, Vec<Started>>,
+}
+
+struct Pool {
+    waiting: Mutex<Waiting>,
+    wanted: Condvar,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let started = std::thread::Builder::new()
+            .name("tono-launch-pool".into())
+            .spawn(refill);
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "no launcher pool: every call starts its own launcher");
+        }
+        Pool {
+            waiting: Mutex::new(Waiting::default()),
+            wanted: Condvar::new(),
+        }
+    })
+}
+
+/// A waiting launcher for `path` (stdin `/dev/null`, output captured), if
+/// one is alive; asks for the pool of `path` to be refilled either way.
+pub fn take(path: &Path) -> Option<Started> {
+    let pool = pool();
+    let mut waiting = pool.waiting.lock().ok()?;
+    let list = waiting.ready.entry(path.to_path_buf()).or_default();
+    let mut found = None;
+    while let Some(started) = list.pop() {
+        // A launcher that died while it waited (killed by an operator, out
+        // of memory) is reaped here and not handed out.
+        match sys::try_reap(started.pid) {
+            Ok(None) => {
+                found = Some(started);
+                break;
+            }
+            Ok(Some(_)) | Err(_) => continue,
+        }
+    }
+    pool.wanted.notify_one();
+    found
+}
+
+/// The refill thread: keeps [`POOL_SIZE`] launchers waiting for every
+/// path a call has asked for.
+fn refill() {
+    let pool = pool();
+    loop {
+        let short: Vec<PathBuf> = {
+            let Ok(mut waiting) = pool.waiting.lock() else {
+                return;
+            };
+            loop {
+                let short: Vec<PathBuf> = waiting
+                    .ready
+                    .iter()
+                    .filter(|(_, l)| l.len() < POOL_SIZE)
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                if !short.is_empty() {
+                    break short;
+                }
+                waiting = match pool.wanted.wait(waiting) {
+                    Ok(w) => w,
+                    Err(_) => return,
+                };
+            }
+        };
+        for path in short {
+            // Started outside the lock: a call never waits for a spawn.
+            let started = open_null().and_then(|null| start(&path, Some(&null), true));
+            match started {
+                Ok(started) => {
+                    if let Ok(mut waiting) = pool.waiting.lock() {
+                        waiting.ready.entry(path).or_default().push(started);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(launcher = %path.display(), error = %e,
+                        "could not start a pooled launcher; calls start their own");
+                    if let Ok(mut waiting) = pool.waiting.lock() {
+                        // Stop asking for this path until a call asks again.
+                        waiting.ready.remove(&path);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The launcher pool against a real kernel: a waiting launcher is root,
+//! still in the worker's cgroups and has read no plan; one that died while
+//! waiting is never handed out; and a call through the pool is the same
+//! dropped, proven call as one through a fresh launcher. One test in its
+//! own binary, because it counts and kills the process's launchers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{launcher, rt, TestUser};
+use serde_json::json;
+use tono_seal::classify::Policy;
+use tono_seal::drop::pool::POOL_SIZE;
+use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::drop::spawn::Launcher;
+use tono_seal::drop::user::TargetUser;
+use tono_seal::Outcome;
+
+/// This process's children that run `tono-launch` and have not exited.
+fn waiting_launchers() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut fields = rest.split(' ');
+        let (state, ppid) = (fields.next(), fields.next());
+        if head.ends_with("(tono-launch") && ppid == Some(me.as_str()) && state != Some("Z") {
+            found.push(entry.file_name().to_string_lossy().parse().unwrap());
+        }
+    }
+    found
+}
+
+fn wait_for_pool(want: usize) -> Vec<u32> {
+    let t = Instant::now();
+    loop {
+        let found = waiting_launchers();
+        if found.len() >= want || t.elapsed() > Duration::from_secs(10) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn call(launcher: &Launcher, user: &TargetUser) -> Outcome {
+    let raw = serde_json::to_vec(&json!({"tool": "shell", "args": {
+        "command": "printf '%s %s' \"$(id -u)\" \"$TOK\"", "secrets": ["tok"]}}))
+    .unwrap();
+    let grants = [SecretGrant::parse("tok=TOK").unwrap()];
+    rt().block_on(drop_and_run(&DropRequest {
+        launcher,
+        policy: &Policy::default(),
+        user,
+        grants: &grants,
+        call: &raw,
+        options: RunOptions::default(),
+    }))
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_owned()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("tok", b"pool-value");
+    let launcher = launcher();
+    let want = format!("{} pool-value", u.user.uid);
+
+    // The first call starts its own launcher and asks for the pool.
+    let first = call(&launcher, &u.user);
+    assert_eq!(first.stdout, want, "{first:?}");
+    let waiting = wait_for_pool(POOL_SIZE);
+    assert_eq!(waiting.len(), POOL_SIZE, "the pool fills: {waiting:?}");
+
+    // Waiting launchers are root, in the worker's own cgroups, with nothing
+    // read: they have done nothing past their start.
+    let own_cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    for &pid in &waiting {
+        assert_eq!(status_field(pid, "Uid:"), "0\t0\t0\t0", "launcher {pid}");
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap(),
+            own_cgroups,
+            "a waiting launcher is in no call's cgroup"
+        );
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        assert!(
+            wchan.contains("pipe_read") || wchan.contains("wait") || wchan == "0",
+            "launcher {pid} blocks reading its plan, in {wchan:?}"
+        );
+    }
+
+    // Pooled calls are the same dropped calls.
+    for _ in 0..5 {
+        let out = call(&launcher, &u.user);
+        assert_eq!(out.stdout, want, "{out:?}");
+    }
+
+    // Kill every waiting launcher: the next call must not be handed a dead
+    // one, and must still run.
+    let waiting = wait_for_pool(POOL_SIZE);
+    assert!(!waiting.is_empty());
+    for &pid in &waiting {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let out = call(&launcher, &u.user);
+    assert_eq!(
+        out.stdout, want,
+        "a call after its pooled launchers were killed: {out:?}"
+    );
+    // The dead ones were reaped, not left as zombies of the worker.
+    let zombies: Vec<u32> = waiting
+        .iter()
+        .copied()
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    assert_eq!(zombies, Vec::<u32>::new(), "killed launchers are reaped");
+    assert_eq!(wait_for_pool(POOL_SIZE).len(), POOL_SIZE, "and refilled");
+
+    // Without the pool, a launcher is started for the call, with the same
+    // result; the pool is left as it was.
+    let fresh = call(&Launcher::at(common::launch_bin()).without_pool(), &u.user);
+    assert_eq!(fresh.stdout, want, "{fresh:?}");
+    assert_eq!(waiting_launchers().len(), POOL_SIZE);
+}
