@@ -5,59 +5,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{launcher, rt, TestUser};
+use common::{launcher, live_processes, rt, shell, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
-use tono_seal::drop::user::TargetUser;
-use tono_seal::Outcome;
-
-async fn shell(user: &TargetUser, command: &str, timeout: Duration) -> Outcome {
-    let launcher = launcher();
-    let policy = Policy::default();
-    let raw = serde_json::to_vec(&json!({"tool": "shell", "args": {"command": command}})).unwrap();
-    let options = RunOptions {
-        timeout,
-        ..RunOptions::default()
-    };
-    drop_and_run(&DropRequest {
-        launcher: &launcher,
-        policy: &policy,
-        user,
-        grants: &[],
-        call: &raw,
-        options,
-    })
-    .await
-}
-
-/// Live (non-zombie) processes of `uid`, with their command lines.
-fn live_processes(uid: u32) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
-            continue;
-        };
-        let uid_line = status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .unwrap_or_default();
-        let state = status
-            .lines()
-            .find(|l| l.starts_with("State:"))
-            .unwrap_or_default();
-        if uid_line.split_whitespace().nth(1) == Some(&uid.to_string()) && !state.contains("zombie")
-        {
-            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            found.push(format!(
-                "{}: {}",
-                entry.file_name().to_string_lossy(),
-                String::from_utf8_lossy(&cmd).replace('\0', " ")
-            ));
-        }
-    }
-    found
-}
 
 fn cgroups_left(uid: u32) -> Vec<String> {
     let mut left = Vec::new();

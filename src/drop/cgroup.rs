@@ -18,6 +18,11 @@
 //! back to `RLIMIT_AS`. What was really applied is reported in
 //! [`AppliedLimits`]; nothing is claimed that is not.
 //!
+//! Without cgroup v2 (no `cgroup.kill`), what is left in a call's v1
+//! cgroups when it ends is killed one process at a time through pidfds
+//! ([`CallCgroup::finish`]); with no cgroup hierarchy at all, calls fall
+//! back to the weaker per-user sweep of [`super::sweep`].
+//!
 //! A worker that is SIGKILLed cannot clean up; its cgroups carry its pid in
 //! their name (`call-<pid>-<uid>-<n>`), and [`sweep_dead_workers`], run when
 //! a worker starts, kills and removes those whose worker no longer runs.
@@ -68,8 +73,8 @@ pub struct AppliedLimits {
     /// How many processes of the call the memory limit OOM-killed.
     #[serde(default)]
     pub oom_kills: u64,
-    /// The fallback used when there is no cgroup v2: none in this build
-    /// (see the module docs); said here so it is never assumed.
+    /// The fallback used when there is no cgroup v2 (the v1 cgroups killed
+    /// through pidfds, or the per-user sweep), said so it is never assumed.
     pub note: Option<String>,
 }
 
@@ -241,9 +246,12 @@ impl CallCgroup {
                 Some(dir)
             }
             None => {
-                limits.note = Some(
-                    "no cgroup v2: processes that leave the process group are not killed".into(),
-                );
+                limits.note = Some(if untracked(mounts) {
+                    "no cgroup: processes that left the process group are killed by the per-user sweep when the user's last live call ends".into()
+                } else {
+                    "no cgroup v2: what is left in the call's v1 cgroups is killed through pidfds"
+                        .into()
+                });
                 None
             }
         };
@@ -358,10 +366,13 @@ impl CallCgroup {
             }
             fs::remove_dir(dir).map_err(|e| format!("rmdir {}: {e}", dir.display()))?;
         }
-        // Emptied by the v2 kill; without v2, nothing ran outside the group
-        // that was killed, so this waits only for the reaping.
+        // Emptied by the v2 kill; without v2, what is left in the v1 cgroups
+        // (a process that left the process group) is killed there.
         for dir in self.pids.iter().chain(self.memory.iter()) {
             let deadline = Instant::now() + EMPTY_TIMEOUT;
+            if self.v2.is_none() {
+                kill_v1(dir, deadline)?;
+            }
             loop {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -376,6 +387,59 @@ impl CallCgroup {
         }
         Ok(())
     }
+}
+
+/// The pids listed in a cgroup's `cgroup.procs` (root's file).
+fn listed(dir: &Path) -> Result<Vec<u32>, String> {
+    let procs = fs::read_to_string(dir.join("cgroup.procs"))
+        .map_err(|e| format!("{}: {e}", dir.join("cgroup.procs").display()))?;
+    Ok(procs
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
+}
+
+/// Without cgroup v2 there is no `cgroup.kill`: kills what a v1 call cgroup
+/// holds, one process at a time, until it is empty or `deadline` passes (a
+/// forking process is bounded by `pids.max`). Each pid read from the
+/// root-owned `cgroup.procs` is opened as a pidfd and signalled only if it
+/// is still listed after the open, so the pidfd is of a process inside the
+/// cgroup, never of a reused pid outside it.
+fn kill_v1(dir: &Path, deadline: Instant) -> Result<(), String> {
+    loop {
+        let pids = listed(dir)?;
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            let Ok(pidfd) = super::sys::pidfd_open(pid) else {
+                continue; // already gone
+            };
+            if listed(dir)?.contains(&pid) {
+                let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} still holds processes after {EMPTY_TIMEOUT:?}",
+                dir.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Uses `mounts` instead of the detected ones, for the rest of the process
+/// (a worker told to leave a hierarchy alone; tests of hosts without cgroup
+/// v2). False when the mounts were already in use.
+pub fn use_mounts(mounts: Mounts) -> bool {
+    MOUNTS.set(mounts).is_ok()
+}
+
+/// Whether a call with cgroups asked for is tracked by none: no v2 and no
+/// v1 pids or memory hierarchy. Such calls get the per-user sweep.
+pub fn untracked(mounts: &Mounts) -> bool {
+    mounts.v2.is_none() && mounts.v1_pids.is_none() && mounts.v1_memory.is_none()
 }
 
 /// What a call's cgroups counted.

@@ -229,6 +229,7 @@ fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
             enter_folder(&plan.home, &plan.home)?;
             builtin::file(op)
         }
+        Action::Sweep => builtin::sweep(),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod spawn;
+pub mod sweep;
 pub mod sys;
 pub mod user;
 pub mod verify;

@@ -76,6 +76,9 @@ pub enum Action {
         /// The operation.
         op: FileOp,
     },
+    /// Kill every process of the user (`kill(-1, SIGKILL)` as the user):
+    /// the after-call sweep of a host where calls have no cgroup.
+    Sweep,
 }
 
 /// A program to run.

@@ -151,14 +151,17 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
     }
     let mounts = super::cgroup::mounts();
     out.push(fact(
-        "calls run in their own cgroup v2 (killed as a whole when they end)",
+        "no process outlives its call",
         match &mounts.v2 {
-            Some(m) => format!("cgroup2 at {}", m.display()),
-            None => {
-                "no cgroup v2: a process that leaves its process group survives its call".into()
+            Some(m) => format!("each call in its own cgroup v2 under {}, killed as a whole when it ends", m.display()),
+            None if !super::cgroup::untracked(mounts) => {
+                "no cgroup v2: each call in its own v1 cgroups; what is left in them when it ends is killed through pidfds".into()
             }
+            None => "weaker, no cgroup at all: a per-user sweep (kill(-1) as the user) after the user's last live call; \
+                     a process that left its call lives until then, and the user's other processes die with it"
+                .into(),
         },
-        mounts.v2.is_some(),
+        true,
     ));
     out.push(fact(
         "limits in force for a call",

@@ -393,6 +393,12 @@ pub(crate) async fn launch_as(
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
         ));
     }
+    // No cgroup at all: the user's processes are swept after its last call.
+    let live = if options.cgroup && cgroup::untracked(cgroup::mounts()) {
+        Some(super::sweep::begin(uid).await)
+    } else {
+        None
+    };
     let mut applied = AppliedLimits::default();
     let plan = LaunchPlan {
         user: user.name.clone(),
@@ -442,7 +448,19 @@ pub(crate) async fn launch_as(
         Some(Box::new(prepare)),
         tap,
     )
-    .await?;
+    .await;
+    if let Some(live) = live {
+        let note = match live.end(launcher, user).await {
+            Ok(0) => "no cgroup: the user's processes were swept after its last live call".into(),
+            Ok(others) => format!(
+                "no cgroup: the sweep waits for the user's {others} other live call(s); \
+                 a process that left this call's process group lives until then"
+            ),
+            Err(e) => e,
+        };
+        applied.note = Some(note);
+    }
+    let done = done?;
     applied.pids_max_hits = done.counters.pids_max_hits;
     applied.oom_kills = done.counters.oom_kills;
     applied.cleanup_error = done.cgroup_error.clone();

@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::drop::spawn::Launcher;
 use tono_seal::drop::user::{TargetUser, UserSpec};
 use tono_seal::turn::account;
@@ -200,4 +202,55 @@ pub fn live_processes_of(uid: u32) -> usize {
                 && field("State:").as_deref() != Some("Z")
         })
         .count()
+}
+
+/// Runs `command` through `drop_and_run` as `user`, with default options
+/// but `timeout`.
+pub async fn shell(user: &TargetUser, command: &str, timeout: Duration) -> tono_seal::Outcome {
+    let launcher = launcher();
+    let policy = tono_seal::classify::Policy::default();
+    let raw =
+        serde_json::to_vec(&serde_json::json!({"tool": "shell", "args": {"command": command}}))
+            .unwrap();
+    let options = RunOptions {
+        timeout,
+        ..RunOptions::default()
+    };
+    drop_and_run(&DropRequest {
+        launcher: &launcher,
+        policy: &policy,
+        user,
+        grants: &[],
+        call: &raw,
+        options,
+    })
+    .await
+}
+
+/// Live (non-zombie) processes of `uid`, with their command lines.
+pub fn live_processes(uid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let uid_line = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap_or_default();
+        let state = status
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or_default();
+        if uid_line.split_whitespace().nth(1) == Some(&uid.to_string()) && !state.contains("zombie")
+        {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!(
+                "{}: {}",
+                entry.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ));
+        }
+    }
+    found
 }
