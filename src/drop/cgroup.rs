@@ -9,10 +9,12 @@
 //! be emptied marks its user dirty: no new call for that user starts until
 //! a later cleanup succeeds. Only cgroups this module created are touched.
 //!
-//! Limits: `pids.max` through the v1 pids controller, and a memory limit
-//! through the v1 memory controller (under the worker's own memory cgroup,
-//! so the call is also inside whatever limit the worker has), where they
-//! exist — the v2 hierarchy on a hybrid host delegates no controller. A call
+//! Limits: `pids.max` and `memory.max` in the call's v2 cgroup where the
+//! host delegates those controllers (the base asks for them once); else
+//! `pids.max` through the v1 pids controller, and a memory limit through
+//! the v1 memory controller (under the worker's own memory cgroup, so the
+//! call is also inside whatever limit the worker has) — the v2 hierarchy on
+//! a hybrid host delegates no controller. A call
 //! OOM-killed by its own limit is counted (`oom_kill` of
 //! `memory.oom_control`). Without a memory controller the launcher falls
 //! back to `RLIMIT_AS`. What was really applied is reported in
@@ -201,6 +203,10 @@ pub struct CallCgroup {
     pub pids: Option<PathBuf>,
     /// The v1 memory cgroup of the call.
     pub memory: Option<PathBuf>,
+    /// `pids.max` is set in the v2 cgroup (a delegated controller).
+    v2_pids: bool,
+    /// `memory.max` is set in the v2 cgroup (a delegated controller).
+    v2_memory: bool,
     uid: u32,
 }
 
@@ -211,6 +217,34 @@ fn ensure_base(mount: &Path) -> io::Result<PathBuf> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(base),
         Err(e) => Err(e),
     }
+}
+
+/// The v2 base, with the `pids` and `memory` controllers enabled for its
+/// children where the host delegates them (asked once per process; a host
+/// that does not, like a hybrid one, refuses and calls use v1 or rlimits).
+fn ensure_v2_base(mount: &Path) -> io::Result<PathBuf> {
+    static ENABLED: std::sync::Once = std::sync::Once::new();
+    let base = ensure_base(mount)?;
+    ENABLED.call_once(|| {
+        for controller in ["+pids", "+memory"] {
+            let _ = write_file(&base.join("cgroup.subtree_control"), controller);
+        }
+    });
+    Ok(base)
+}
+
+/// Writes a limit into a cgroup's `file` if the controller is there.
+fn set_limit(dir: &Path, file: &str, value: u64) -> bool {
+    dir.join(file).exists() && write_file(&dir.join(file), &value.to_string()).is_ok()
+}
+
+/// The number after `key ` in a flat-keyed cgroup file, 0 if absent.
+fn counter(path: &Path, key: &str) -> u64 {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn write_file(path: &Path, text: &str) -> io::Result<()> {
@@ -238,11 +272,23 @@ impl CallCgroup {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let mut limits = AppliedLimits::default();
+        let (mut v2_pids, mut v2_memory) = (false, false);
         let v2 = match &mounts.v2 {
             Some(m) => {
-                let dir = ensure_base(m)?.join(&name);
+                let dir = ensure_v2_base(m)?.join(&name);
                 fs::create_dir(&dir)?;
                 limits.cgroup_v2 = true;
+                // Delegated v2 controllers come first; v1 only where absent.
+                v2_pids = set_limit(&dir, "pids.max", pids_max);
+                v2_memory = set_limit(&dir, "memory.max", memory_max);
+                if v2_pids {
+                    limits.pids_max = Some((pids_max, "cgroup v2 pids".into()));
+                }
+                if v2_memory {
+                    // No swap past the limit either, so the limit is real.
+                    let _ = set_limit(&dir, "memory.swap.max", 0);
+                    limits.memory_max = Some((memory_max, "cgroup v2 memory".into()));
+                }
                 Some(dir)
             }
             None => {
@@ -269,11 +315,19 @@ impl CallCgroup {
                 })
                 .ok()
         };
-        let pids = limited(&mounts.v1_pids, "pids.max", pids_max);
+        let pids = if v2_pids {
+            None
+        } else {
+            limited(&mounts.v1_pids, "pids.max", pids_max)
+        };
         if pids.is_some() {
             limits.pids_max = Some((pids_max, "cgroup v1 pids".into()));
         }
-        let memory = limited(&mounts.v1_memory, "memory.limit_in_bytes", memory_max);
+        let memory = if v2_memory {
+            None
+        } else {
+            limited(&mounts.v1_memory, "memory.limit_in_bytes", memory_max)
+        };
         if memory.is_some() {
             limits.memory_max = Some((memory_max, "cgroup v1 memory".into()));
         }
@@ -282,6 +336,8 @@ impl CallCgroup {
                 v2,
                 pids,
                 memory,
+                v2_pids,
+                v2_memory,
                 uid,
             },
             limits,
@@ -323,27 +379,23 @@ impl CallCgroup {
         result
     }
 
-    /// How many processes the memory limit killed (`oom_kill` in
-    /// `memory.oom_control`).
+    /// How many processes the memory limit killed (`oom_kill` in v2's
+    /// `memory.events` or v1's `memory.oom_control`).
     fn oom_kills(&self) -> u64 {
-        let Some(dir) = &self.memory else { return 0 };
-        let control = fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
-        control
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
+        match (&self.v2, &self.memory) {
+            (Some(dir), _) if self.v2_memory => counter(&dir.join("memory.events"), "oom_kill"),
+            (_, Some(dir)) => counter(&dir.join("memory.oom_control"), "oom_kill"),
+            _ => 0,
+        }
     }
 
     /// How often `pids.max` refused a fork (`max` in `pids.events`).
     fn pids_max_hits(&self) -> u64 {
-        let Some(dir) = &self.pids else { return 0 };
-        let events = fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
-        events
-            .lines()
-            .find_map(|l| l.strip_prefix("max "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
+        match (&self.v2, &self.pids) {
+            (Some(dir), _) if self.v2_pids => counter(&dir.join("pids.events"), "max"),
+            (_, Some(dir)) => counter(&dir.join("pids.events"), "max"),
+            _ => 0,
+        }
     }
 
     fn kill_and_remove(&self) -> Result<(), String> {
@@ -500,6 +552,8 @@ pub fn sweep_dead_workers(mounts: &Mounts) -> usize {
             v2: at(&mounts.v2),
             pids: at(&mounts.v1_pids),
             memory: at(&mounts.v1_memory),
+            v2_pids: false,
+            v2_memory: false,
             uid,
         };
         match cg.kill_and_remove() {
@@ -532,6 +586,28 @@ mod tests {
         // A memory path that climbs is never used.
         let m = Mounts::parse(text, "4:memory:/../etc\n");
         assert_eq!(m.v1_memory, None);
+    }
+
+    #[test]
+    fn counters_read_flat_keyed_files() {
+        let dir = std::env::temp_dir().join(format!("tono-counter-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let events = dir.join("memory.events");
+        fs::write(
+            &events,
+            "low 0\nhigh 0\nmax 3\noom 2\noom_kill 1\noom_group_kill 0\n",
+        )
+        .unwrap();
+        assert_eq!(counter(&events, "oom_kill"), 1);
+        assert_eq!(
+            counter(&events, "oom"),
+            2,
+            "a key is never matched as a prefix"
+        );
+        assert_eq!(counter(&events, "max"), 3);
+        assert_eq!(counter(&events, "absent"), 0);
+        assert_eq!(counter(&dir.join("missing"), "max"), 0);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -163,11 +163,22 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
         },
         true,
     ));
+    // Controllers the v2 root passes down can be enabled for our base.
+    let delegated = |name: &str| {
+        mounts.v2.as_ref().is_some_and(|m| {
+            std::fs::read_to_string(m.join("cgroup.subtree_control"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .any(|c| c == name)
+        })
+    };
     out.push(fact(
         "limits in force for a call",
         format!(
             "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory {} bytes ({})",
-            if mounts.v1_pids.is_some() {
+            if delegated("pids") {
+                super::cgroup::DEFAULT_PIDS_MAX.to_string() + " (cgroup v2 pids)"
+            } else if mounts.v1_pids.is_some() {
                 super::cgroup::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)"
             } else {
                 "not applied".into()
@@ -175,7 +186,9 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
             super::plan::DEFAULT_NPROC,
             super::plan::DEFAULT_NOFILE,
             super::cgroup::DEFAULT_MEMORY_MAX,
-            if mounts.v1_memory.is_some() {
+            if delegated("memory") {
+                "cgroup v2 memory, OOM-killed inside the call"
+            } else if mounts.v1_memory.is_some() {
                 "cgroup v1 memory, OOM-killed inside the call"
             } else {
                 "RLIMIT_AS: allocations past it fail"
