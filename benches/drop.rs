@@ -7,11 +7,13 @@
 //! (median and p99 per case). With `STATIC_LAUNCHER=path` it also times a
 //! statically linked `tono-launch` built by the operator (see the README).
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+mod common;
+
+use common::{bin, provision};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -23,12 +25,6 @@ const UID: u32 = 61950;
 
 /// A labelled benchmark case.
 type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
-
-fn bin(name: &str) -> std::path::PathBuf {
-    // Benches run from target/release/deps; the binaries are one level up.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join(name)
-}
 
 fn quiet(cmd: &mut Command) -> bool {
     cmd.stdin(Stdio::null())
@@ -62,24 +58,7 @@ fn main() {
     let name = format!("tonotest{UID}");
     let _ = account::remove_user(&name);
     let user = account::ensure_user(&name, UID, UID, Path::new("/home")).expect("bench user");
-    let run_tono = |args: &[&str], input: &[u8]| {
-        let mut c = Command::new(&tono)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(input).unwrap();
-        assert!(c.wait().unwrap().success(), "tono-seal {args:?}");
-    };
-    run_tono(&["keygen", "--user", &name], b"");
-    for s in ["a", "b", "c"] {
-        run_tono(
-            &["seal", "--user", &name, s],
-            format!("secret-{s}-value-0123456789abcdef").as_bytes(),
-        );
-    }
+    provision(&tono, &name);
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())

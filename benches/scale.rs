@@ -6,13 +6,14 @@
 //! As root: `cargo bench --bench scale` (CALLS=N, USERS=N to change).
 //! Writes `target/bench/scale.json`. Users are `tonotest61800`…`61863`.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod common;
+
+use common::{bin, provision};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -21,12 +22,6 @@ use tono_seal::drop::user::TargetUser;
 use tono_seal::turn::account;
 
 const FIRST_UID: u32 = 61800;
-
-fn bin(name: &str) -> std::path::PathBuf {
-    // Benches run from target/release/deps; the binaries are one level up.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join(name)
-}
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -66,27 +61,6 @@ fn children() -> usize {
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q) as usize]
-}
-
-fn provision(tono: &Path, name: &str) {
-    let run = |args: &[&str], input: &[u8]| {
-        let mut c = Command::new(tono)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(input).unwrap();
-        assert!(c.wait().unwrap().success(), "tono-seal {args:?}");
-    };
-    run(&["keygen", "--user", name], b"");
-    for s in ["a", "b", "c"] {
-        run(
-            &["seal", "--user", name, s],
-            format!("secret-{s}-of-{name}").as_bytes(),
-        );
-    }
 }
 
 struct Shared {

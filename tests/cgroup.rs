@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{launcher, live_processes, rt, shell, TestUser};
+use common::{launcher, live_processes, rt, shell, TestUser, ESCAPES};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
@@ -39,12 +39,7 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
             shell(&user, "sleep 3; echo survived", Duration::from_secs(20)).await
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        for escape in [
-            "setsid sleep 1000 & sleep 0.3; echo started",
-            "(sh -c 'sleep 1000 &' &) ; sleep 0.3; echo started",
-            "nohup sleep 1000 >/dev/null 2>&1 & sleep 0.3; echo started",
-            "sh -c 'trap \"\" TERM HUP; kill -STOP $$; sleep 1000' & sleep 0.2; echo started",
-        ] {
+        for escape in ESCAPES {
             let started = Instant::now();
             let out = shell(&u.user, escape, Duration::from_secs(10)).await;
             assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
@@ -257,6 +252,11 @@ fn a_memory_hog_is_killed_by_its_own_limit_and_others_finish() {
 fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
     need_root!();
     let u = TestUser::bare();
+    // No other tono-seal may start (and sweep) until the dead worker's
+    // cgroups have been seen.
+    let no_sweeper = common::CLI_STARTS
+        .write()
+        .unwrap_or_else(|p| p.into_inner());
     let mut worker = std::process::Command::new(common::tono_bin())
         .args([
             "run",
@@ -296,6 +296,7 @@ fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
             .collect()
     };
     assert!(!of_dead().is_empty(), "its cgroup is still there");
+    drop(no_sweeper);
     // The next worker to start sweeps them.
     let o = common::tono(&["list", "--user", u.name()], b"");
     let _ = o;

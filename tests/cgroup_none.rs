@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{live_processes, rt, shell, TestUser};
+use common::{limits_note, live_processes, rt, shell, TestUser};
 use tono_seal::drop::cgroup::{self, Mounts};
 
 fn escapees(uid: u32, marker: &str) -> Vec<String> {
@@ -34,13 +34,7 @@ fn without_any_cgroup_the_users_last_call_sweeps_its_processes() {
         let out = shell(&u.user, escape, Duration::from_secs(10)).await;
         assert_eq!(out.stdout.trim(), "started", "{out:?}");
         assert_eq!(escapees(u.user.uid, "1000"), Vec::<String>::new());
-        let note = out
-            .limits
-            .as_ref()
-            .unwrap()
-            .note
-            .clone()
-            .unwrap_or_default();
+        let note = limits_note(&out);
         assert!(note.contains("swept"), "{note}");
 
         // With another call of the user live, nothing is swept until it
@@ -52,13 +46,7 @@ fn without_any_cgroup_the_users_last_call_sweeps_its_processes() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let out = shell(&u.user, escape, Duration::from_secs(10)).await;
         assert_eq!(out.stdout.trim(), "started", "{out:?}");
-        let note = out
-            .limits
-            .as_ref()
-            .unwrap()
-            .note
-            .clone()
-            .unwrap_or_default();
+        let note = limits_note(&out);
         assert!(note.contains("1 other live call"), "{note}");
         assert_eq!(
             escapees(u.user.uid, "1000").len(),
@@ -67,13 +55,7 @@ fn without_any_cgroup_the_users_last_call_sweeps_its_processes() {
         );
         let long = long.await.unwrap();
         assert_eq!(long.stdout.trim(), "survived", "{long:?}");
-        let note = long
-            .limits
-            .as_ref()
-            .unwrap()
-            .note
-            .clone()
-            .unwrap_or_default();
+        let note = limits_note(&long);
         assert!(note.contains("swept"), "{note}");
         assert_eq!(escapees(u.user.uid, "1000"), Vec::<String>::new());
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{live_processes, rt, shell, TestUser};
+use common::{limits_note, live_processes, rt, shell, TestUser, ESCAPES};
 use tono_seal::drop::cgroup::{self, Mounts};
 
 #[test]
@@ -34,12 +34,7 @@ fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {
             shell(&user, "sleep 2; echo survived", Duration::from_secs(20)).await
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        for escape in [
-            "setsid sleep 1000 & sleep 0.3; echo started",
-            "(sh -c 'sleep 1000 &' &) ; sleep 0.3; echo started",
-            "nohup sleep 1000 >/dev/null 2>&1 & sleep 0.3; echo started",
-            "sh -c 'trap \"\" TERM HUP; kill -STOP $$; sleep 1000' & sleep 0.2; echo started",
-        ] {
+        for escape in ESCAPES {
             let started = Instant::now();
             let out = shell(&u.user, escape, Duration::from_secs(10)).await;
             assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
@@ -54,7 +49,7 @@ fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {
             assert!(limits.pids_max.is_some(), "{out:?}");
             assert_eq!(limits.cleanup_error, None, "{out:?}");
             assert!(
-                limits.note.as_deref().unwrap_or("").contains("pidfd"),
+                limits_note(&out).contains("pidfd"),
                 "the outcome says how the call ended: {limits:?}"
             );
         }

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::classify::Policy;
 use crate::drop::outcome::Outcome;
-use crate::drop::plan::{Action, KeysOp, LaunchPlan, Limits};
+use crate::drop::plan::{Action, KeysOp, LaunchPlan};
 use crate::drop::report::{LaunchError, Stage, StatusReport};
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::{launch, Input, Launcher, Output};
@@ -361,15 +361,7 @@ pub async fn keys_op(
     input: Input,
     output: Output,
 ) -> Result<Value, CliError> {
-    let plan = LaunchPlan {
-        user: user.name.clone(),
-        uid: user.uid,
-        gid: user.gid,
-        home: user.home.clone(),
-        limits: Limits::default(),
-        cgroups: Vec::new(),
-        action: Action::Keys { op },
-    };
+    let plan = LaunchPlan::for_user(user, Action::Keys { op });
     let done = launch(launcher, &plan, input, output, Duration::from_secs(600)).await?;
     match done.report {
         StatusReport::Done(v) => Ok(v),

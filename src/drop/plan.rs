@@ -36,6 +36,22 @@ pub struct LaunchPlan {
     pub action: Action,
 }
 
+impl LaunchPlan {
+    /// A plan to do `action` as `user`, with the default limits and no
+    /// cgroup (the caller adds those it has).
+    pub fn for_user(user: &super::user::TargetUser, action: Action) -> Self {
+        Self {
+            user: user.name.clone(),
+            uid: user.uid,
+            gid: user.gid,
+            home: user.home.clone(),
+            limits: Limits::default(),
+            cgroups: Vec::new(),
+            action,
+        }
+    }
+}
+
 /// Resource limits set while still root, before the drop.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -401,13 +401,8 @@ pub(crate) async fn launch_as(
     };
     let mut applied = AppliedLimits::default();
     let plan = LaunchPlan {
-        user: user.name.clone(),
-        uid: user.uid,
-        gid: user.gid,
-        home: user.home.clone(),
         limits: options.limits,
-        cgroups: Vec::new(),
-        action,
+        ..LaunchPlan::for_user(user, action)
     };
     let applied_out = &mut applied;
     let prepare = move |plan: &mut LaunchPlan| {

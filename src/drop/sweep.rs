@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::plan::{Action, LaunchPlan, Limits};
+use super::plan::{Action, LaunchPlan};
 use super::report::StatusReport;
 use super::spawn::{launch_tapped, Input, Launcher, Output};
 use super::user::TargetUser;
@@ -116,15 +116,7 @@ impl Drop for LiveCall {
 
 /// Has the launcher, as `user`, kill every process of the user.
 async fn sweep_user(launcher: &Launcher, user: &TargetUser) -> Result<(), String> {
-    let plan = LaunchPlan {
-        user: user.name.clone(),
-        uid: user.uid,
-        gid: user.gid,
-        home: user.home.clone(),
-        limits: Limits::default(),
-        cgroups: Vec::new(),
-        action: Action::Sweep,
-    };
+    let plan = LaunchPlan::for_user(user, Action::Sweep);
     let done = launch_tapped(
         launcher,
         plan,

@@ -149,8 +149,14 @@ pub fn tono(args: &[&str], stdin: &[u8]) -> Output {
     tono_env(args, stdin, &[])
 }
 
+/// Held shared by every `tono-seal` this test process starts. Each one
+/// sweeps the cgroups of dead workers when it starts, so a test that needs
+/// a dead worker's cgroups to stay until it looks holds it exclusively.
+pub static CLI_STARTS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Runs `tono-seal ARGS` with `stdin` and extra environment.
 pub fn tono_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    let _starting = CLI_STARTS.read().unwrap_or_else(|p| p.into_inner());
     let mut child = Command::new(tono_bin())
         .args(args)
         .envs(env.iter().copied())
@@ -253,4 +259,21 @@ pub fn live_processes(uid: u32) -> Vec<String> {
         }
     }
     found
+}
+
+/// Ways a tool leaves its process group and outlives its call: each starts
+/// a `sleep 1000` that escapes, then prints `started`.
+pub const ESCAPES: [&str; 4] = [
+    "setsid sleep 1000 & sleep 0.3; echo started",
+    "(sh -c 'sleep 1000 &' &) ; sleep 0.3; echo started",
+    "nohup sleep 1000 >/dev/null 2>&1 & sleep 0.3; echo started",
+    "sh -c 'trap \"\" TERM HUP; kill -STOP $$; sleep 1000' & sleep 0.2; echo started",
+];
+
+/// The note of an outcome's applied limits (how the call was ended).
+pub fn limits_note(out: &tono_seal::Outcome) -> String {
+    out.limits
+        .as_ref()
+        .and_then(|l| l.note.clone())
+        .unwrap_or_default()
 }
