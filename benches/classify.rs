@@ -64,6 +64,15 @@ fn main() {
             black_box(raw),
         )))
     });
+    // The slowest calls by their own median: where the p99 comes from.
+    let mut per_call: Vec<(u64, usize)> = (0..calls.len())
+        .map(|i| {
+            let mut own: Vec<u64> = (0..rounds).map(|r| classify[r * calls.len() + i]).collect();
+            own.sort_unstable();
+            (own[rounds / 2], i)
+        })
+        .collect();
+    per_call.sort_unstable_by(|a, b| b.cmp(a));
     let (c50, c99) = percentiles(classify);
     let (p50, p99) = percentiles(parse);
     let (s50, s99) = percentiles(strict);
@@ -81,6 +90,10 @@ fn main() {
         "{:<34} {p50:>10.3} {p99:>10.3}",
         "serde_json::from_slice::<Value>"
     );
+    for (ns, i) in per_call.iter().take(5) {
+        let shown: String = String::from_utf8_lossy(&calls[*i]).chars().take(70).collect();
+        println!("  slowest: {:.3} µs  {shown}", *ns as f64 / 1000.0);
+    }
     println!(
         "classify p99 / from_slice p99: {:.2}x; target p99 <= 2 µs: {}",
         c99 / p99,
