@@ -91,7 +91,10 @@ fn main() {
         "serde_json::from_slice::<Value>"
     );
     for (ns, i) in per_call.iter().take(5) {
-        let shown: String = String::from_utf8_lossy(&calls[*i]).chars().take(70).collect();
+        let shown: String = String::from_utf8_lossy(&calls[*i])
+            .chars()
+            .take(70)
+            .collect();
         println!("  slowest: {:.3} µs  {shown}", *ns as f64 / 1000.0);
     }
     println!(

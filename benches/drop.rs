@@ -266,7 +266,13 @@ fn main() {
 /// the rows of `drop.json` (no plotting crate: a chart this plain does not
 /// need font metrics, and the bench stays light to build).
 fn chart(rows: &[serde_json::Value], rounds: usize) -> String {
-    let (left, width, row_h, top) = (330.0, 420.0, 34.0, 40.0);
+    // Room for the longest label at about 6.5 px a character (12 px sans).
+    let longest = rows
+        .iter()
+        .map(|r| r["case"].as_str().unwrap().chars().count())
+        .max()
+        .unwrap_or(0);
+    let (left, width, row_h, top) = (16.0 + 6.5 * longest as f64, 420.0, 34.0, 40.0);
     let max = rows
         .iter()
         .map(|r| r["p99_us"].as_f64().unwrap())
