@@ -10,9 +10,20 @@ use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 
+/// This process's call cgroups of `uid` that are still there once the
+/// background removal of emptied ones has settled.
 fn cgroups_left(uid: u32) -> Vec<String> {
+    assert!(
+        tono_seal::drop::cgroup::settle(Duration::from_secs(5)),
+        "emptied cgroups are removed"
+    );
+    let mounts = tono_seal::drop::cgroup::mounts();
     let mut left = Vec::new();
-    for base in ["/sys/fs/cgroup/unified/tono", "/sys/fs/cgroup/pids/tono"] {
+    for base in [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]
+        .into_iter()
+        .flatten()
+        .map(|m| m.join("tono"))
+    {
         if let Ok(entries) = std::fs::read_dir(base) {
             for e in entries.flatten() {
                 if e.path().is_dir()

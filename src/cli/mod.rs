@@ -335,10 +335,14 @@ pub fn main(cli: Cli) -> i32 {
             ))
         }
     };
-    match runtime.block_on(dispatch(cli.command, &launcher)) {
+    let code = match runtime.block_on(dispatch(cli.command, &launcher)) {
         Ok(code) => code,
         Err(e) => fail(e),
-    }
+    };
+    // Emptied call cgroups are removed in the background; let that finish
+    // before the process goes (a leftover would wait for the next start).
+    crate::drop::cgroup::settle(crate::drop::cgroup::EMPTY_TIMEOUT);
+    code
 }
 
 fn fail(e: CliError) -> i32 {

@@ -361,22 +361,29 @@ impl CallCgroup {
         }
     }
 
-    /// Kills everything in the call, waits for it to empty, removes it.
-    /// On failure the user is marked dirty, the cgroup is kept for a later
-    /// [`cleanup`], and the error says why.
+    /// Kills everything in the call and waits for it to empty; then hands
+    /// the empty cgroups to the remover thread, so their `rmdir` (and the
+    /// kernel's teardown) is off the call's path. On failure the user is
+    /// marked dirty, the cgroup is kept for a later [`cleanup`], and the
+    /// error says why; a removal that fails later marks the user dirty then.
     pub fn finish(self) -> Result<Counters, String> {
         let counters = Counters {
             pids_max_hits: self.pids_max_hits(),
             oom_kills: self.oom_kills(),
         };
-        let result = self.kill_and_remove().map(|()| counters);
-        if result.is_err() {
-            set_dirty(self.uid, true);
-            if let Ok(mut left) = LEFTOVER.lock() {
-                left.push(self);
+        match self.kill_all() {
+            Ok(()) => {
+                remove_later(self);
+                Ok(counters)
+            }
+            Err(e) => {
+                set_dirty(self.uid, true);
+                if let Ok(mut left) = LEFTOVER.lock() {
+                    left.push(self);
+                }
+                Err(e)
             }
         }
-        result
     }
 
     /// How many processes the memory limit killed (`oom_kill` in v2's
@@ -399,6 +406,15 @@ impl CallCgroup {
     }
 
     fn kill_and_remove(&self) -> Result<(), String> {
+        self.kill_all()?;
+        self.remove()
+    }
+
+    /// Kills everything in the call and waits (bounded) until it is empty:
+    /// `cgroup.kill` and `populated 0` on v2; without v2, what is left in
+    /// the v1 cgroups (a process that left the process group) is killed
+    /// there, by pidfd.
+    fn kill_all(&self) -> Result<(), String> {
         if let Some(dir) = &self.v2 {
             write_file(&dir.join("cgroup.kill"), "1").map_err(|e| format!("cgroup.kill: {e}"))?;
             let deadline = Instant::now() + EMPTY_TIMEOUT;
@@ -406,7 +422,7 @@ impl CallCgroup {
                 let events = fs::read_to_string(dir.join("cgroup.events"))
                     .map_err(|e| format!("cgroup.events: {e}"))?;
                 if events.lines().any(|l| l == "populated 0") {
-                    break;
+                    return Ok(());
                 }
                 if Instant::now() > deadline {
                     return Err(format!(
@@ -416,18 +432,27 @@ impl CallCgroup {
                 }
                 std::thread::sleep(Duration::from_micros(200));
             }
-            fs::remove_dir(dir).map_err(|e| format!("rmdir {}: {e}", dir.display()))?;
         }
-        // Emptied by the v2 kill; without v2, what is left in the v1 cgroups
-        // (a process that left the process group) is killed there.
         for dir in self.pids.iter().chain(self.memory.iter()) {
+            kill_v1(dir, Instant::now() + EMPTY_TIMEOUT)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the emptied cgroups. A v1 cgroup may stay busy for a moment
+    /// after its processes were killed (until they are reaped).
+    fn remove(&self) -> Result<(), String> {
+        for dir in self
+            .v2
+            .iter()
+            .chain(self.pids.iter())
+            .chain(self.memory.iter())
+        {
             let deadline = Instant::now() + EMPTY_TIMEOUT;
-            if self.v2.is_none() {
-                kill_v1(dir, deadline)?;
-            }
             loop {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
                     {
@@ -439,6 +464,63 @@ impl CallCgroup {
         }
         Ok(())
     }
+}
+
+/// Emptied call cgroups waiting for their `rmdir`.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Queues an emptied cgroup for removal by the remover thread (started on
+/// first use); removes it here if that thread cannot run.
+fn remove_later(cg: CallCgroup) {
+    static REMOVER: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<CallCgroup>>>> =
+        std::sync::OnceLock::new();
+    let sender = REMOVER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<CallCgroup>();
+        std::thread::Builder::new()
+            .name("tono-cgroup-rm".into())
+            .spawn(move || {
+                for cg in rx {
+                    removed(cg);
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    PENDING.fetch_add(1, Ordering::SeqCst);
+    let cg = match sender.as_ref().and_then(|tx| tx.lock().ok()) {
+        Some(tx) => match tx.send(cg) {
+            Ok(()) => return,
+            Err(std::sync::mpsc::SendError(cg)) => cg,
+        },
+        None => cg,
+    };
+    removed(cg);
+}
+
+/// Removes an emptied cgroup; a failure marks its user dirty and keeps it
+/// for [`cleanup`].
+fn removed(cg: CallCgroup) {
+    if let Err(e) = cg.remove() {
+        tracing::warn!(error = %e, "an emptied call cgroup could not be removed");
+        set_dirty(cg.uid, true);
+        if let Ok(mut left) = LEFTOVER.lock() {
+            left.push(cg);
+        }
+    }
+    PENDING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Waits until every emptied call cgroup has been removed (or `timeout`);
+/// true when none is pending. For a worker about to exit, and for tests.
+pub fn settle(timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while PENDING.load(Ordering::SeqCst) > 0 {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// The pids listed in a cgroup's `cgroup.procs` (root's file).
