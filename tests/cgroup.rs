@@ -10,9 +10,17 @@ use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 
-/// This process's call cgroups of `uid` that are still there once the
-/// background removal of emptied ones has settled.
-fn cgroups_left(uid: u32) -> Vec<String> {
+/// The call cgroup an outcome names.
+fn cgroup_of(out: &tono_seal::Outcome) -> String {
+    out.limits
+        .as_ref()
+        .and_then(|l| l.cgroup.clone())
+        .unwrap_or_else(|| panic!("the call had no cgroup: {out:?}"))
+}
+
+/// Which of the named call cgroups are still there, in any hierarchy, once
+/// the background removal of emptied ones has settled.
+fn cgroups_left(names: &[String]) -> Vec<String> {
     assert!(
         tono_seal::drop::cgroup::settle(Duration::from_secs(5)),
         "emptied cgroups are removed"
@@ -24,15 +32,9 @@ fn cgroups_left(uid: u32) -> Vec<String> {
         .flatten()
         .map(|m| m.join("tono"))
     {
-        if let Ok(entries) = std::fs::read_dir(base) {
-            for e in entries.flatten() {
-                if e.path().is_dir()
-                    && e.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("call-{}-{uid}-", std::process::id()))
-                {
-                    left.push(e.path().display().to_string());
-                }
+        for name in names {
+            if base.join(name).exists() {
+                left.push(base.join(name).display().to_string());
             }
         }
     }
@@ -44,7 +46,8 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
     need_root!();
     let u = TestUser::with_key();
     let rt = rt();
-    rt.block_on(async {
+    let names = rt.block_on(async {
+        let mut names = Vec::new();
         let user = u.user.clone();
         let long = tokio::spawn(async move {
             shell(&user, "sleep 3; echo survived", Duration::from_secs(20)).await
@@ -53,6 +56,7 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
         for escape in ESCAPES {
             let started = Instant::now();
             let out = shell(&u.user, escape, Duration::from_secs(10)).await;
+            names.push(cgroup_of(&out));
             assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
             assert!(
                 started.elapsed() < Duration::from_secs(3),
@@ -107,12 +111,10 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
             "survived",
             "the concurrent call was killed: {long:?}"
         );
+        names.push(cgroup_of(&long));
+        names
     });
-    assert!(
-        cgroups_left(u.user.uid).is_empty(),
-        "{:?}",
-        cgroups_left(u.user.uid)
-    );
+    assert_eq!(cgroups_left(&names), Vec::<String>::new());
 }
 
 #[test]
@@ -154,18 +156,19 @@ fn a_thousand_calls_leave_no_cgroup_behind() {
     let u = TestUser::with_key();
     let rt = rt();
     let started = Instant::now();
-    rt.block_on(async {
+    let names = rt.block_on(async {
+        let mut names = Vec::new();
         for i in 0..1000 {
             let out = shell(&u.user, "true", Duration::from_secs(10)).await;
             assert_eq!(out.exit_code, Some(0), "call {i}: {out:?}");
+            names.push(cgroup_of(&out));
         }
+        names
     });
     eprintln!("1000 sequential calls in {:?}", started.elapsed());
-    assert!(
-        cgroups_left(u.user.uid).is_empty(),
-        "{:?}",
-        cgroups_left(u.user.uid)
-    );
+    let distinct: std::collections::HashSet<&String> = names.iter().collect();
+    assert_eq!(distinct.len(), 1000, "every call had a cgroup of its own");
+    assert_eq!(cgroups_left(&names), Vec::<String>::new());
 }
 
 #[test]
@@ -294,7 +297,7 @@ fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
         !survivors.is_empty(),
         "the control: something must survive a SIGKILLed worker"
     );
-    let dead = format!("call-{}-{}-", worker.id(), u.user.uid);
+    let dead = format!("call-{}-", worker.id());
     let of_dead = || -> Vec<String> {
         let mounts = tono_seal::drop::cgroup::mounts();
         [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]

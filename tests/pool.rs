@@ -1,5 +1,5 @@
 //! The launcher pool against a real kernel: a waiting launcher is root,
-//! still in the worker's cgroups and has read no plan; one that died while
+//! in a call cgroup of its own and has read no plan; one that died while
 //! waiting is never handed out; and a call through the pool is the same
 //! dropped, proven call as one through a fresh launcher. One test in its
 //! own binary, because it counts and kills the process's launchers.
@@ -85,22 +85,32 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
     let waiting = wait_for_pool(POOL_SIZE);
     assert_eq!(waiting.len(), POOL_SIZE, "the pool fills: {waiting:?}");
 
-    // Waiting launchers are root, in the worker's own cgroups, with nothing
-    // read: they have done nothing past their start.
-    let own_cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    // Waiting launchers are root, each already in a call cgroup of its own
+    // (made by this worker), with nothing read: they have done nothing past
+    // their start.
+    let mut homes = Vec::new();
     for &pid in &waiting {
         assert_eq!(status_field(pid, "Uid:"), "0\t0\t0\t0", "launcher {pid}");
-        assert_eq!(
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap(),
-            own_cgroups,
-            "a waiting launcher is in no call's cgroup"
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let v2 = cgroups
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            v2.starts_with(&format!("/tono/call-{}-", std::process::id())),
+            "launcher {pid} waits in its own call cgroup: {cgroups}"
         );
+        homes.push(v2);
         let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
         assert!(
             wchan.contains("pipe_read") || wchan.contains("wait") || wchan == "0",
             "launcher {pid} blocks reading its plan, in {wchan:?}"
         );
     }
+    homes.sort();
+    homes.dedup();
+    assert_eq!(homes.len(), waiting.len(), "one cgroup each: {homes:?}");
 
     // Pooled calls are the same dropped calls.
     for _ in 0..5 {

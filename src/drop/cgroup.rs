@@ -53,6 +53,10 @@ pub const EMPTY_TIMEOUT: Duration = Duration::from_secs(2);
 /// The limits that were really in force for a call.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedLimits {
+    /// The name of the call's own cgroup (`call-<worker pid>-<n>`, the same
+    /// in every hierarchy), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// The call ran in its own cgroup v2 (killed as a whole at the end).
     pub cgroup_v2: bool,
     /// `pids.max`, and by which controller.
@@ -149,6 +153,8 @@ impl Mounts {
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
+/// The uid of a cgroup made ahead of need, before [`CallCgroup::assign`].
+pub const UNASSIGNED: u32 = u32::MAX;
 static LEFTOVER: Mutex<Vec<CallCgroup>> = Mutex::new(Vec::new());
 static MOUNTS: std::sync::OnceLock<Mounts> = std::sync::OnceLock::new();
 
@@ -266,12 +272,14 @@ impl CallCgroup {
         memory_max: u64,
     ) -> io::Result<(Self, AppliedLimits)> {
         let name = format!(
-            "call-{}-{}-{}",
+            "call-{}-{}",
             std::process::id(),
-            uid,
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let mut limits = AppliedLimits::default();
+        let mut limits = AppliedLimits {
+            cgroup: Some(name.clone()),
+            ..AppliedLimits::default()
+        };
         let (mut v2_pids, mut v2_memory) = (false, false);
         let v2 = match &mounts.v2 {
             Some(m) => {
@@ -342,6 +350,22 @@ impl CallCgroup {
             },
             limits,
         ))
+    }
+
+    /// Gives the cgroup to a call of `uid` (made ahead of need, it had none):
+    /// a failure to empty it marks that user dirty.
+    pub fn assign(&mut self, uid: u32) {
+        self.uid = uid;
+    }
+
+    /// Moves `pid`, an unreaped child of the worker that runs no user code
+    /// yet (a waiting launcher), into every hierarchy of the call. The pid
+    /// cannot have been reused: the worker has not reaped it.
+    pub fn enter(&self, pid: u32) -> io::Result<()> {
+        for procs in self.procs_files() {
+            write_file(&procs, &pid.to_string())?;
+        }
+        Ok(())
     }
 
     /// The `cgroup.procs` files the launcher writes `0` into, as root.
@@ -585,15 +609,18 @@ pub struct Counters {
     pub oom_kills: u64,
 }
 
-/// The worker pid a call cgroup's name carries, if it is one of ours.
+/// The worker pid a call cgroup's name carries, if it is one of ours:
+/// `call-<pid>-<n>`, or `call-<pid>-<uid>-<n>` as earlier versions named
+/// them.
 fn worker_of(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("call-")?;
-    let mut parts = rest.split('-');
-    let (pid, uid, n) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || uid.parse::<u32>().is_err() || n.parse::<u64>().is_err() {
-        return None;
+    let parts: Vec<&str> = rest.split('-').collect();
+    let numbers = |p: &[&str]| p.iter().all(|n| n.parse::<u64>().is_ok());
+    match parts.as_slice() {
+        [pid, n] if numbers(&[n]) => pid.parse().ok(),
+        [pid, uid, n] if uid.parse::<u32>().is_ok() && numbers(&[n]) => pid.parse().ok(),
+        _ => None,
     }
-    pid.parse().ok()
 }
 
 /// Kills and removes the call cgroups of workers that no longer run (a
@@ -625,11 +652,8 @@ pub fn sweep_dead_workers(mounts: &Mounts) -> usize {
                 .map(|m| m.join(BASE_NAME).join(&name))
                 .filter(|d| d.is_dir())
         };
-        let uid = name
-            .split('-')
-            .nth(2)
-            .and_then(|u| u.parse().ok())
-            .unwrap_or(u32::MAX);
+        // Whose call it was is not in the name; the worker is gone.
+        let uid = UNASSIGNED;
         let cg = CallCgroup {
             v2: at(&mounts.v2),
             pids: at(&mounts.v1_pids),
@@ -694,9 +718,15 @@ mod tests {
 
     #[test]
     fn only_our_call_names_carry_a_worker() {
-        assert_eq!(worker_of("call-123-61000-7"), Some(123));
+        assert_eq!(worker_of("call-123-7"), Some(123));
+        assert_eq!(
+            worker_of("call-123-61000-7"),
+            Some(123),
+            "the earlier naming"
+        );
         for bad in [
-            "call-123-61000",
+            "call-123",
+            "call-123-x",
             "call-x-1-2",
             "other-1-2-3",
             "call-1-2-3-4",

@@ -5,15 +5,21 @@
 //! third of a call on a small VM. A pooled launcher has done exactly that
 //! and nothing more: it is blocked reading its plan on fd 3, before its
 //! first step (see [`super::launcher`]). It holds nothing of any user and
-//! has not yet entered a cgroup, `setsid()`, dropped or read a key; all of
-//! that happens after the plan arrives, as for a launcher started for the
-//! call. So a call that takes one runs the same steps, checked the same way.
+//! has not yet `setsid()`, dropped or read a key; all of that happens
+//! after the plan arrives, as for a launcher started for the call. So a
+//! call that takes one runs the same steps, checked the same way.
 //!
-//! Guarantees: only calls with stdin `/dev/null` and captured output take a
-//! pooled launcher (the shape it was started with); a pooled launcher that
-//! died while waiting is reaped and never handed out; the pool keeps
-//! [`POOL_SIZE`] launchers per launcher path, refilled by one long-lived
-//! thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
+//! Each waits inside a call cgroup of its own, made with the default
+//! limits and entered by the worker (the pid is its unreaped child), so a
+//! call that takes one makes no cgroup and enters none on its path.
+//!
+//! Guarantees: only calls with stdin `/dev/null`, captured output and the
+//! default cgroup limits take a pooled launcher (the shape it was started
+//! with); a pooled launcher that died while waiting is reaped and never
+//! handed out, and its cgroup is removed; the pool keeps
+//! [`POOL_SIZE`] launchers per launcher path, refilled when a call ends
+//! (not when it takes one, so the refill does not take a core from it) by
+//! one long-lived thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
 //! started a process, stays armed for the worker's life). When the worker
 //! exits, the waiting launchers read end-of-file and exit without running
 //! anything.
@@ -26,6 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, OnceLock};
 
+use super::cgroup::{self, AppliedLimits, CallCgroup, UNASSIGNED};
 use super::sys;
 
 /// How many launchers wait, per launcher path.
@@ -85,10 +92,58 @@ pub fn open_null() -> io::Result<OwnedFd> {
     sys::dup_above(&null)
 }
 
+/// A launcher waiting for a plan, already inside a call cgroup of its own
+/// made with the default limits, which is the call's when it is taken.
+#[derive(Debug)]
+pub struct Ready {
+    /// The launcher.
+    pub started: Started,
+    /// Its cgroup, not yet given to a user ([`CallCgroup::assign`]).
+    pub cgroup: CallCgroup,
+    /// The limits that cgroup applies.
+    pub limits: AppliedLimits,
+}
+
+impl Ready {
+    /// Starts a launcher at `path` and moves it into a fresh call cgroup.
+    fn start(path: &Path) -> io::Result<Self> {
+        let null = open_null()?;
+        let started = start(path, Some(&null), true)?;
+        let made = CallCgroup::create(
+            cgroup::mounts(),
+            UNASSIGNED,
+            cgroup::DEFAULT_PIDS_MAX,
+            cgroup::DEFAULT_MEMORY_MAX,
+        );
+        let placed = made.and_then(|(cg, limits)| match cg.enter(started.pid as u32) {
+            Ok(()) => Ok((cg, limits)),
+            Err(e) => {
+                let _ = cg.finish();
+                Err(e)
+            }
+        });
+        match placed {
+            Ok((cgroup, limits)) => Ok(Self {
+                started,
+                cgroup,
+                limits,
+            }),
+            Err(e) => {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(started.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = sys::reap(started.pid);
+                Err(e)
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Waiting {
     /// Launchers waiting for a plan, by launcher path.
-    ready: HashMap<PathBuf, Vec<Started>>,
+    ready: HashMap<PathBuf, Vec<Ready>>,
 }
 
 struct Pool {
@@ -96,8 +151,9 @@ struct Pool {
     wanted: Condvar,
 }
 
+static POOL: OnceLock<Pool> = OnceLock::new();
+
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
         let started = std::thread::Builder::new()
             .name("tono-launch-pool".into())
@@ -112,26 +168,44 @@ fn pool() -> &'static Pool {
     })
 }
 
-/// A waiting launcher for `path` (stdin `/dev/null`, output captured), if
-/// one is alive; asks for the pool of `path` to be refilled either way.
-pub fn take(path: &Path) -> Option<Started> {
+/// A waiting launcher for `path` (stdin `/dev/null`, output captured) in
+/// a cgroup with `limits` (`pids.max`, memory), if one is alive and the
+/// limits are the defaults it was made with.
+pub fn take(path: &Path, limits: (u64, u64)) -> Option<Ready> {
+    if limits != (cgroup::DEFAULT_PIDS_MAX, cgroup::DEFAULT_MEMORY_MAX) {
+        return None;
+    }
     let pool = pool();
     let mut waiting = pool.waiting.lock().ok()?;
     let list = waiting.ready.entry(path.to_path_buf()).or_default();
     let mut found = None;
-    while let Some(started) = list.pop() {
+    while let Some(ready) = list.pop() {
         // A launcher that died while it waited (killed by an operator, out
-        // of memory) is reaped here and not handed out.
-        match sys::try_reap(started.pid) {
+        // of memory) is reaped here and not handed out; its cgroup goes.
+        match sys::try_reap(ready.started.pid) {
             Ok(None) => {
-                found = Some(started);
+                found = Some(ready);
                 break;
             }
-            Ok(Some(_)) | Err(_) => continue,
+            Ok(Some(_)) | Err(_) => {
+                let _ = ready.cgroup.finish();
+            }
         }
     }
-    pool.wanted.notify_one();
+    if found.is_none() {
+        // Empty: fill it now. Otherwise the refill waits for the call to
+        // end ([`replenish`]), so that starting a launcher does not take a
+        // core from the call that just took one.
+        pool.wanted.notify_one();
+    }
     found
+}
+
+/// Asks for the pools to be refilled: called when a call has ended.
+pub fn replenish() {
+    if let Some(pool) = POOL.get() {
+        pool.wanted.notify_one();
+    }
 }
 
 /// The refill thread: keeps [`POOL_SIZE`] launchers waiting for every
@@ -161,8 +235,7 @@ fn refill() {
         };
         for path in short {
             // Started outside the lock: a call never waits for a spawn.
-            let started = open_null().and_then(|null| start(&path, Some(&null), true));
-            match started {
+            match Ready::start(&path) {
                 Ok(started) => {
                     if let Ok(mut waiting) = pool.waiting.lock() {
                         waiting.ready.entry(path).or_default().push(started);

@@ -17,7 +17,7 @@ use super::cgroup::{self, AppliedLimits, CallCgroup};
 use super::outcome::Outcome;
 use super::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
 use super::report::{LaunchError, Stage};
-use super::spawn::{launch_tapped, Finished, Input, Launcher, Output, Tap};
+use super::spawn::{launch_tapped, Finished, Input, Launcher, Output, Setup, Tap};
 use super::user::TargetUser;
 use crate::classify::{classify_raw, Policy, ToolCall, ToolKind, Verdict, VerdictKind};
 use crate::keys::SecretName;
@@ -405,8 +405,13 @@ pub(crate) async fn launch_as(
         ..LaunchPlan::for_user(user, action)
     };
     let applied_out = &mut applied;
-    let prepare = move |plan: &mut LaunchPlan| {
-        let (call_cgroup, mut applied) = if options.cgroup {
+    let prepare = move |plan: &mut LaunchPlan, placed: Option<(CallCgroup, AppliedLimits)>| {
+        // A pooled launcher already waits in a cgroup of its own.
+        let entered = placed.is_some();
+        let (call_cgroup, mut applied) = if let Some((mut cg, applied)) = placed {
+            cg.assign(uid);
+            (Some(cg), applied)
+        } else if options.cgroup {
             let (cg, applied) =
                 CallCgroup::create(cgroup::mounts(), uid, options.pids_max, options.memory_max)
                     .map_err(|e| {
@@ -427,10 +432,10 @@ pub(crate) async fn launch_as(
             plan.limits.address_space = Some(options.memory_max);
             applied.memory_max = Some((options.memory_max, "RLIMIT_AS".into()));
         }
-        plan.cgroups = call_cgroup
-            .as_ref()
-            .map(CallCgroup::procs_files)
-            .unwrap_or_default();
+        plan.cgroups = match &call_cgroup {
+            Some(cg) if !entered => cg.procs_files(),
+            _ => Vec::new(),
+        };
         *applied_out = applied;
         Ok(call_cgroup)
     };
@@ -440,7 +445,12 @@ pub(crate) async fn launch_as(
         options.input,
         options.output,
         timeout,
-        Some(Box::new(prepare)),
+        Some(Setup {
+            cgroup_limits: options
+                .cgroup
+                .then_some((options.pids_max, options.memory_max)),
+            prepare: Box::new(prepare),
+        }),
         tap,
     )
     .await;

@@ -22,7 +22,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use super::cgroup::{CallCgroup, Counters};
+use super::cgroup::{AppliedLimits, CallCgroup, Counters};
 use super::plan::LaunchPlan;
 use super::pool;
 use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
@@ -221,13 +221,30 @@ pub async fn launch(
 }
 
 /// Runs once the launcher has started and before its plan is written: it
-/// creates the call's cgroup, if any, and completes the plan (the cgroups
-/// to enter, the limits that stand in for a missing controller). Done
-/// there, the kernel's cgroup set-up overlaps the launcher's loading
-/// instead of preceding it. An error kills the launcher, which never gets
-/// a plan.
-pub type Prepare<'a> =
-    Box<dyn FnOnce(&mut LaunchPlan) -> Result<Option<CallCgroup>, LaunchError> + Send + 'a>;
+/// takes the cgroup a pooled launcher already waits in (with its limits),
+/// or creates the call's cgroup, if any, and completes the plan (the
+/// cgroups to enter, the limits that stand in for a missing controller).
+/// Done there, the kernel's cgroup set-up overlaps a fresh launcher's
+/// loading instead of preceding it. An error kills the launcher, which
+/// never gets a plan.
+pub type Prepare<'a> = Box<
+    dyn FnOnce(
+            &mut LaunchPlan,
+            Option<(CallCgroup, AppliedLimits)>,
+        ) -> Result<Option<CallCgroup>, LaunchError>
+        + Send
+        + 'a,
+>;
+
+/// What a launch sets up besides its plan.
+pub struct Setup<'a> {
+    /// The cgroup limits asked for (`pids.max`, memory bytes), if the call
+    /// asks for a cgroup: a pooled launcher is taken only when they are the
+    /// ones it waits under.
+    pub cgroup_limits: Option<(u64, u64)>,
+    /// Makes or takes the cgroup and completes the plan.
+    pub prepare: Prepare<'a>,
+}
 
 fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
     if let Some(tx) = tap {
@@ -237,7 +254,7 @@ fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
     }
 }
 
-/// [`launch`], with `prepare` run between the start and the plan, and
+/// [`launch`], with `setup` run between the start and the plan, and
 /// every captured chunk also sent to `tap` as it arrives.
 pub async fn launch_tapped(
     launcher: &Launcher,
@@ -245,18 +262,20 @@ pub async fn launch_tapped(
     input: Input,
     output: Output,
     timeout: Duration,
-    prepare: Option<Prepare<'_>>,
+    setup: Option<Setup<'_>>,
     mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
     let capture = matches!(output, Output::Capture(_));
-    let pooled = if launcher.pooled && input == Input::Null && capture {
-        pool::take(launcher.path())
-    } else {
-        None
+    let limits = setup.as_ref().and_then(|s| s.cgroup_limits);
+    let pooled = match limits {
+        Some(limits) if launcher.pooled && input == Input::Null && capture => {
+            pool::take(launcher.path(), limits)
+        }
+        _ => None,
     };
     let started = Instant::now();
-    let launched = match pooled {
-        Some(waiting) => waiting,
+    let (launched, placed) = match pooled {
+        Some(ready) => (ready.started, Some((ready.cgroup, ready.limits))),
         None => {
             let null = match input {
                 Input::Null => {
@@ -264,8 +283,9 @@ pub async fn launch_tapped(
                 }
                 Input::Inherit => None,
             };
-            pool::start(launcher.path(), null.as_ref(), capture)
-                .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?
+            let started = pool::start(launcher.path(), null.as_ref(), capture)
+                .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
+            (started, None)
         }
     };
     let pool::Started {
@@ -281,8 +301,13 @@ pub async fn launch_tapped(
     };
     // While a fresh launcher loads, the cgroup is made; a launcher waits
     // for its plan before it does anything, so it cannot start outside it.
-    if let Some(prepare) = prepare {
-        guard.cgroup = prepare(&mut plan)?;
+    match setup {
+        Some(setup) => guard.cgroup = (setup.prepare)(&mut plan, placed)?,
+        None => {
+            if let Some((cg, _)) = placed {
+                guard.cgroup = Some(cg);
+            }
+        }
     }
     let plan_bytes = serde_json::to_vec(&plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
@@ -361,6 +386,9 @@ pub async fn launch_tapped(
             }
             _ = sleep_until_opt(drain_until) => break,
         }
+    }
+    if launcher.pooled {
+        pool::replenish();
     }
     let (counters, cgroup_error) = match guard.cgroup.take().map(CallCgroup::finish) {
         Some(Ok(counters)) => (counters, None),
