@@ -206,14 +206,17 @@ impl<'de> Visitor<'de> for StrictValue {
         let inner = self.nested()?;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format!(
-                    "{DUPLICATE} {:?}",
-                    key.escape_debug().to_string()
-                )));
+            match out.entry(key) {
+                serde_json::map::Entry::Occupied(seen) => {
+                    return Err(de::Error::custom(format!(
+                        "{DUPLICATE} {:?}",
+                        seen.key().escape_debug().to_string()
+                    )));
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(StrictValue { depth: inner.depth })?);
+                }
             }
-            let value = map.next_value_seed(StrictValue { depth: inner.depth })?;
-            out.insert(key, value);
         }
         Ok(Value::Object(out))
     }

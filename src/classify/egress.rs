@@ -213,6 +213,23 @@ pub const NAMES_REFUSED: &[&str] = &[
     "onion",
 ];
 
+/// Whether `label` is the last label of an entry of [`NAMES_REFUSED`] (a
+/// unit test keeps the two in step).
+fn ends_a_refused_name(label: &str) -> bool {
+    matches!(
+        label,
+        "localhost"
+            | "local"
+            | "internal"
+            | "localdomain"
+            | "arpa"
+            | "intranet"
+            | "lan"
+            | "corp"
+            | "onion"
+    )
+}
+
 fn name_matches(name: &str, suffix: &str) -> bool {
     let suffix = suffix.trim_start_matches('.');
     name == suffix
@@ -241,7 +258,15 @@ pub fn check_name(host: &str, extra_denied: &[String]) -> Result<(), EgressRefus
             ),
         ));
     }
-    if let Some(s) = NAMES_REFUSED
+    // A name is under a refused name only if their last labels agree; most
+    // names end in a label no built-in entry ends in, and skip the table.
+    let last_label = name.rsplit('.').next().unwrap_or_default();
+    let builtin: &[&str] = if ends_a_refused_name(last_label) {
+        NAMES_REFUSED
+    } else {
+        &[]
+    };
+    if let Some(s) = builtin
         .iter()
         .copied()
         .chain(extra_denied.iter().map(String::as_str))
@@ -395,6 +420,16 @@ mod tests {
 
     fn ok(u: &str) -> bool {
         check_url(u, &[80, 443], &[]).is_ok()
+    }
+
+    #[test]
+    fn the_quick_reject_knows_every_refused_name() {
+        for name in NAMES_REFUSED {
+            let last = name.rsplit('.').next().unwrap();
+            assert!(ends_a_refused_name(last), "{name}: add {last:?}");
+            assert!(check_name(&format!("x.{name}"), &[]).is_err(), "{name}");
+        }
+        assert!(!ends_a_refused_name("com"));
     }
 
     #[test]
