@@ -149,4 +149,24 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
     let fresh = call(&Launcher::at(common::launch_bin()).without_pool(), &u.user);
     assert_eq!(fresh.stdout, want, "{fresh:?}");
     assert_eq!(waiting_launchers().len(), POOL_SIZE);
+
+    // A worker about to exit drains the pool: no launcher and no cgroup of
+    // it is left.
+    tono_seal::drop::pool::drain();
+    assert_eq!(waiting_launchers(), Vec::<u32>::new());
+    assert!(tono_seal::drop::cgroup::settle(Duration::from_secs(5)));
+    let mine = format!("call-{}-", std::process::id());
+    let v2 = tono_seal::drop::cgroup::mounts()
+        .v2
+        .clone()
+        .expect("a cgroup2 mount");
+    let left: Vec<String> = std::fs::read_dir(v2.join("tono"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&mine))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<String>::new(), "the pool's cgroups are removed");
 }

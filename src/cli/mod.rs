@@ -339,8 +339,10 @@ pub fn main(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(e) => fail(e),
     };
-    // Emptied call cgroups are removed in the background; let that finish
-    // before the process goes (a leftover would wait for the next start).
+    // Waiting launchers end, and emptied call cgroups are removed in the
+    // background; let that finish before the process goes (a leftover
+    // would wait for the next start's sweep).
+    crate::drop::pool::drain();
     crate::drop::cgroup::settle(crate::drop::cgroup::EMPTY_TIMEOUT);
     code
 }

@@ -201,6 +201,25 @@ pub fn take(path: &Path, limits: (u64, u64)) -> Option<Ready> {
     found
 }
 
+/// Ends every waiting launcher and removes its cgroup, and stops refilling
+/// until a call asks again: for a worker about to exit. (A worker that
+/// cannot, killed, leaves them to the next start's sweep of dead workers.)
+pub fn drain() {
+    let Some(pool) = POOL.get() else { return };
+    let waiting: Vec<Ready> = match pool.waiting.lock() {
+        Ok(mut w) => w.ready.drain().flat_map(|(_, list)| list).collect(),
+        Err(_) => return,
+    };
+    for ready in waiting {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(ready.started.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = sys::reap(ready.started.pid);
+        let _ = ready.cgroup.finish();
+    }
+}
+
 /// Asks for the pools to be refilled: called when a call has ended.
 pub fn replenish() {
     if let Some(pool) = POOL.get() {
