@@ -368,7 +368,7 @@ pub async fn keys_op(
     output: Output,
 ) -> Result<Value, CliError> {
     let plan = LaunchPlan::for_user(user, Action::Keys { op });
-    let done = launch(launcher, &plan, input, output, Duration::from_secs(600)).await?;
+    let done = launch(launcher, plan, input, output, Duration::from_secs(600)).await?;
     match done.report {
         StatusReport::Done(v) => Ok(v),
         StatusReport::Failed(e) => Err(e.into()),

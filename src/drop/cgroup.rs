@@ -1,11 +1,13 @@
 //! A cgroup per call, so that no process outlives its call.
 //!
 //! The worker creates, under root-owned bases of its own (`<v2>/tono/` and,
-//! where the v1 `pids` controller is mounted, `<pids>/tono/`), one child
-//! cgroup per call; the launcher enters it while still root, before the
-//! drop. The cgroup files stay root's, so the user cannot move itself out.
-//! When the call ends the worker writes `1` to `cgroup.kill`, waits
-//! (bounded) for `populated 0`, and removes the cgroup. A cgroup that cannot
+//! where the v1 `pids`/`memory` controllers are mounted, their `tono/`), one
+//! child cgroup per call; the launcher enters it while still root, before
+//! the drop, or the worker moves a waiting launcher into it (its unreaped
+//! child, see [`super::pool`]). The cgroup files stay root's, so the user
+//! cannot move itself out. When the call ends the worker writes `1` to
+//! `cgroup.kill`, waits (bounded) for `populated 0`, and then removes the
+//! cgroup on a background thread. A cgroup that cannot
 //! be emptied marks its user dirty: no new call for that user starts until
 //! a later cleanup succeeds. Only cgroups this module created are touched.
 //!
@@ -15,8 +17,8 @@
 //! the v1 memory controller (under the worker's own memory cgroup, so the
 //! call is also inside whatever limit the worker has) — the v2 hierarchy on
 //! a hybrid host delegates no controller. A call
-//! OOM-killed by its own limit is counted (`oom_kill` of
-//! `memory.oom_control`). Without a memory controller the launcher falls
+//! OOM-killed by its own limit is counted (`oom_kill` of `memory.events`
+//! or `memory.oom_control`). Without a memory controller the launcher falls
 //! back to `RLIMIT_AS`. What was really applied is reported in
 //! [`AppliedLimits`]; nothing is claimed that is not.
 //!
@@ -26,7 +28,7 @@
 //! back to the weaker per-user sweep of [`super::sweep`].
 //!
 //! A worker that is SIGKILLed cannot clean up; its cgroups carry its pid in
-//! their name (`call-<pid>-<uid>-<n>`), and [`sweep_dead_workers`], run when
+//! their name (`call-<pid>-<n>`), and [`sweep_dead_workers`], run when
 //! a worker starts, kills and removes those whose worker no longer runs.
 #![forbid(unsafe_code)]
 
@@ -276,10 +278,7 @@ impl CallCgroup {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let mut limits = AppliedLimits {
-            cgroup: Some(name.clone()),
-            ..AppliedLimits::default()
-        };
+        let mut limits = AppliedLimits::default();
         let (mut v2_pids, mut v2_memory) = (false, false);
         let v2 = match &mounts.v2 {
             Some(m) => {
@@ -338,6 +337,10 @@ impl CallCgroup {
         };
         if memory.is_some() {
             limits.memory_max = Some((memory_max, "cgroup v1 memory".into()));
+        }
+        // Named only where a cgroup was really made.
+        if v2.is_some() || pids.is_some() || memory.is_some() {
+            limits.cgroup = Some(name);
         }
         Ok((
             Self {
@@ -422,11 +425,9 @@ impl CallCgroup {
 
     /// How often `pids.max` refused a fork (`max` in `pids.events`).
     fn pids_max_hits(&self) -> u64 {
-        match (&self.v2, &self.pids) {
-            (Some(dir), _) if self.v2_pids => counter(&dir.join("pids.events"), "max"),
-            (_, Some(dir)) => counter(&dir.join("pids.events"), "max"),
-            _ => 0,
-        }
+        let dir = if self.v2_pids { &self.v2 } else { &self.pids };
+        dir.as_ref()
+            .map_or(0, |dir| counter(&dir.join("pids.events"), "max"))
     }
 
     fn kill_and_remove(&self) -> Result<(), String> {

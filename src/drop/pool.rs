@@ -53,6 +53,17 @@ pub struct Started {
     pub stderr: Option<OwnedFd>,
 }
 
+impl Started {
+    /// Kills and reaps a launcher that will get no plan.
+    fn end(self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = sys::reap(self.pid);
+    }
+}
+
 /// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
 /// and stdout/stderr into fresh pipes when `capture`, else the worker's.
 pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
@@ -129,11 +140,7 @@ impl Ready {
                 limits,
             }),
             Err(e) => {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(started.pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = sys::reap(started.pid);
+                started.end();
                 Err(e)
             }
         }
@@ -211,11 +218,7 @@ pub fn drain() {
         Err(_) => return,
     };
     for ready in waiting {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(ready.started.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = sys::reap(ready.started.pid);
+        ready.started.end();
         let _ = ready.cgroup.finish();
     }
 }

@@ -212,12 +212,12 @@ pub type Tap = tokio::sync::mpsc::UnboundedSender<(Stream, Vec<u8>)>;
 /// Launches `plan` and waits for it, within `timeout`.
 pub async fn launch(
     launcher: &Launcher,
-    plan: &LaunchPlan,
+    plan: LaunchPlan,
     input: Input,
     output: Output,
     timeout: Duration,
 ) -> Result<Finished, LaunchError> {
-    launch_tapped(launcher, plan.clone(), input, output, timeout, None, None).await
+    launch_tapped(launcher, plan, input, output, timeout, None, None).await
 }
 
 /// Runs once the launcher has started and before its plan is written: it
@@ -301,13 +301,9 @@ pub async fn launch_tapped(
     };
     // While a fresh launcher loads, the cgroup is made; a launcher waits
     // for its plan before it does anything, so it cannot start outside it.
-    match setup {
-        Some(setup) => guard.cgroup = (setup.prepare)(&mut plan, placed)?,
-        None => {
-            if let Some((cg, _)) = placed {
-                guard.cgroup = Some(cg);
-            }
-        }
+    // A pooled launcher is taken only for a call with a setup (its limits).
+    if let Some(setup) = setup {
+        guard.cgroup = (setup.prepare)(&mut plan, placed)?;
     }
     let plan_bytes = serde_json::to_vec(&plan)
         .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;

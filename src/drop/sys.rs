@@ -181,15 +181,14 @@ fn above_status(fd: RawFd) -> io::Result<RawFd> {
     }
 }
 
-/// Reaps `pid` if it has exited (`waitpid` with `WNOHANG`): `Some` status
-/// when it had, `None` while it runs. The caller must own `pid` as an
-/// unreaped child.
-pub fn try_reap(pid: libc::pid_t) -> io::Result<Option<std::process::ExitStatus>> {
+/// `waitpid(pid, flags)`, retried on EINTR: `Some` status when `pid` was
+/// reaped, `None` when `WNOHANG` found it still running.
+fn wait_pid(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<std::process::ExitStatus>> {
     use std::os::unix::process::ExitStatusExt;
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: waitpid writes only `status`, a live local.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
         match rc {
             0 => return Ok(None),
             rc if rc == pid => return Ok(Some(std::process::ExitStatus::from_raw(status))),
@@ -203,22 +202,17 @@ pub fn try_reap(pid: libc::pid_t) -> io::Result<Option<std::process::ExitStatus>
     }
 }
 
+/// Reaps `pid` if it has exited (`waitpid` with `WNOHANG`): `Some` status
+/// when it had, `None` while it runs. The caller must own `pid` as an
+/// unreaped child.
+pub fn try_reap(pid: libc::pid_t) -> io::Result<Option<std::process::ExitStatus>> {
+    wait_pid(pid, libc::WNOHANG)
+}
+
 /// Reaps `pid` (`waitpid`, retried on EINTR) and returns its exit status.
 /// The caller must own `pid` as an unreaped child.
 pub fn reap(pid: libc::pid_t) -> io::Result<std::process::ExitStatus> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: waitpid writes only `status`, a live local.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            return Ok(std::process::ExitStatus::from_raw(status));
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    wait_pid(pid, 0)?.ok_or_else(|| io::Error::other("waitpid without WNOHANG returned 0"))
 }
 
 /// Puts every signal back to its default disposition before `execve`
