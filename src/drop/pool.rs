@@ -25,83 +25,16 @@
 //! anything.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use super::cgroup::{self, AppliedLimits, CallCgroup, UNASSIGNED};
+use super::spawn::{open_null, start, Started};
 use super::sys;
 
 /// How many launchers wait, per launcher path.
 pub const POOL_SIZE: usize = 2;
-
-/// A started launcher and the worker's ends of its pipes.
-#[derive(Debug)]
-pub struct Started {
-    /// The launcher's pid, an unreaped child of the worker.
-    pub pid: libc::pid_t,
-    /// Where its plan is written.
-    pub plan: OwnedFd,
-    /// Where its status comes from.
-    pub status: OwnedFd,
-    /// Its stdout, when captured.
-    pub stdout: Option<OwnedFd>,
-    /// Its stderr, when captured.
-    pub stderr: Option<OwnedFd>,
-}
-
-impl Started {
-    /// Kills and reaps a launcher that will get no plan.
-    fn end(self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = sys::reap(self.pid);
-    }
-}
-
-/// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
-/// and stdout/stderr into fresh pipes when `capture`, else the worker's.
-pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
-    let c_path = CString::new(path.as_os_str().as_bytes())?;
-    let (plan_r, plan_w) = sys::pipe_above_status()?;
-    let (status_r, status_w) = sys::pipe_above_status()?;
-    let (out, err) = if capture {
-        (
-            Some(sys::pipe_above_status()?),
-            Some(sys::pipe_above_status()?),
-        )
-    } else {
-        (None, None)
-    };
-    fn from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
-        fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
-    }
-    let stdio = [
-        from(stdin),
-        from(out.as_ref().map(|(_, w)| w)),
-        from(err.as_ref().map(|(_, w)| w)),
-    ];
-    let pid = sys::spawn_launcher(&c_path, stdio, plan_r.as_fd(), status_w.as_fd())?;
-    // The child has its copies; the worker keeps only its own ends.
-    Ok(Started {
-        pid,
-        plan: plan_w,
-        status: status_r,
-        stdout: out.map(|(r, _)| r),
-        stderr: err.map(|(r, _)| r),
-    })
-}
-
-/// `/dev/null` for reading, CLOEXEC, above the launch fds.
-pub fn open_null() -> io::Result<OwnedFd> {
-    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
-    sys::dup_above(&null)
-}
 
 /// A launcher waiting for a plan, already inside a call cgroup of its own
 /// made with the default limits, which is the call's when it is taken.

@@ -12,7 +12,10 @@
 //! deadlocks, and a background process holding the pipes cannot hang the
 //! call past a short drain window. A dropped future kills and reaps too.
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -172,6 +175,71 @@ impl Drop for ChildGuard {
     }
 }
 
+/// A started launcher and the worker's ends of its pipes.
+#[derive(Debug)]
+pub struct Started {
+    /// The launcher's pid, an unreaped child of the worker.
+    pub pid: libc::pid_t,
+    /// Where its plan is written.
+    pub plan: OwnedFd,
+    /// Where its status comes from.
+    pub status: OwnedFd,
+    /// Its stdout, when captured.
+    pub stdout: Option<OwnedFd>,
+    /// Its stderr, when captured.
+    pub stderr: Option<OwnedFd>,
+}
+
+impl Started {
+    /// Kills and reaps a launcher that will get no plan.
+    pub(crate) fn end(self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = sys::reap(self.pid);
+    }
+}
+
+/// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
+/// and stdout/stderr into fresh pipes when `capture`, else the worker's.
+pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    let (plan_r, plan_w) = sys::pipe_above_status()?;
+    let (status_r, status_w) = sys::pipe_above_status()?;
+    let (out, err) = if capture {
+        (
+            Some(sys::pipe_above_status()?),
+            Some(sys::pipe_above_status()?),
+        )
+    } else {
+        (None, None)
+    };
+    fn from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
+        fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
+    }
+    let stdio = [
+        from(stdin),
+        from(out.as_ref().map(|(_, w)| w)),
+        from(err.as_ref().map(|(_, w)| w)),
+    ];
+    let pid = sys::spawn_launcher(&c_path, stdio, plan_r.as_fd(), status_w.as_fd())?;
+    // The child has its copies; the worker keeps only its own ends.
+    Ok(Started {
+        pid,
+        plan: plan_w,
+        status: status_r,
+        stdout: out.map(|(r, _)| r),
+        stderr: err.map(|(r, _)| r),
+    })
+}
+
+/// `/dev/null` for reading, CLOEXEC, above the launch fds.
+pub fn open_null() -> io::Result<OwnedFd> {
+    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
+    sys::dup_above(&null)
+}
+
 fn spawn_error(what: &str, e: io::Error) -> LaunchError {
     LaunchError {
         stage: Stage::Spawn,
@@ -278,17 +346,15 @@ pub async fn launch_tapped(
         Some(ready) => (ready.started, Some((ready.cgroup, ready.limits))),
         None => {
             let null = match input {
-                Input::Null => {
-                    Some(pool::open_null().map_err(|e| spawn_error("open /dev/null", e))?)
-                }
+                Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = pool::start(launcher.path(), null.as_ref(), capture)
+            let started = start(launcher.path(), null.as_ref(), capture)
                 .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
             (started, None)
         }
     };
-    let pool::Started {
+    let Started {
         pid,
         plan: plan_w,
         status: status_r,
