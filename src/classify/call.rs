@@ -7,6 +7,7 @@
 //! object, and any other top-level field.
 #![forbid(unsafe_code)]
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -36,14 +37,24 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
             format!("the call is over {MAX_CALL_BYTES} bytes"),
         ));
     }
-    let value = parse_strict_json(raw)?;
-    let Value::Object(mut top) = value else {
+    let text = checked_text(raw)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let top = TopLevel
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(json_refusal)?;
+    let Top::Object {
+        tool,
+        args,
+        first_unknown,
+    } = top
+    else {
         return Err(Verdict::refuse(
             "call_not_object",
             "the call must be a JSON object",
         ));
     };
-    let tool = match top.remove("tool") {
+    let tool = match tool {
         Some(Value::String(s)) => s,
         Some(_) => {
             return Err(Verdict::refuse(
@@ -53,7 +64,7 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
         }
         None => return Err(Verdict::refuse("tool_missing", "the call has no `tool`")),
     };
-    let args = match top.remove("args") {
+    let args = match args {
         Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(Verdict::refuse(
@@ -68,7 +79,7 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
             ))
         }
     };
-    if let Some(extra) = top.keys().next() {
+    if let Some(extra) = first_unknown {
         return Err(Verdict::refuse(
             "call_unknown_field",
             format!(
@@ -83,6 +94,16 @@ pub fn parse_call(raw: &[u8]) -> Result<ToolCall, Verdict> {
 /// Parses JSON text refusing invalid UTF-8, duplicate keys at any level and
 /// nesting deeper than [`MAX_DEPTH`]; the error is a `Refuse` verdict.
 pub fn parse_strict_json(raw: &[u8]) -> Result<Value, Verdict> {
+    let text = checked_text(raw)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    StrictValue { depth: 0 }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(json_refusal)
+}
+
+/// The checks before any value is built: UTF-8, and nesting depth.
+fn checked_text(raw: &[u8]) -> Result<&str, Verdict> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| Verdict::refuse("call_not_utf8", "the call is not valid UTF-8"))?;
     // Counting brackets is a vectorised pass; only a call with more
@@ -95,20 +116,19 @@ pub fn parse_strict_json(raw: &[u8]) -> Result<Value, Verdict> {
             format!("{TOO_DEEP} {MAX_DEPTH}"),
         ));
     }
-    let mut de = serde_json::Deserializer::from_str(text);
-    StrictValue { depth: 0 }
-        .deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains(DUPLICATE) {
-                Verdict::refuse("call_duplicate_key", msg)
-            } else if msg.contains(TOO_DEEP) {
-                Verdict::refuse("call_too_deep", msg)
-            } else {
-                Verdict::refuse("call_not_json", msg)
-            }
-        })
+    Ok(text)
+}
+
+/// The `Refuse` verdict for an error of the strict parser.
+fn json_refusal(e: serde_json::Error) -> Verdict {
+    let msg = e.to_string();
+    if msg.contains(DUPLICATE) {
+        Verdict::refuse("call_duplicate_key", msg)
+    } else if msg.contains(TOO_DEEP) {
+        Verdict::refuse("call_too_deep", msg)
+    } else {
+        Verdict::refuse("call_not_json", msg)
+    }
 }
 
 /// The deepest nesting of `[` and `{` outside strings, found by one scan
@@ -208,10 +228,7 @@ impl<'de> Visitor<'de> for StrictValue {
         while let Some(key) = map.next_key::<String>()? {
             match out.entry(key) {
                 serde_json::map::Entry::Occupied(seen) => {
-                    return Err(de::Error::custom(format!(
-                        "{DUPLICATE} {:?}",
-                        seen.key().escape_debug().to_string()
-                    )));
+                    return Err(duplicate(seen.key()));
                 }
                 serde_json::map::Entry::Vacant(slot) => {
                     slot.insert(map.next_value_seed(StrictValue { depth: inner.depth })?);
@@ -219,6 +236,121 @@ impl<'de> Visitor<'de> for StrictValue {
             }
         }
         Ok(Value::Object(out))
+    }
+}
+
+/// The call's top level, parsed without building a map for it: the two
+/// known fields and the first unknown one. Every value is still parsed by
+/// [`StrictValue`], so whatever the strict parser refuses anywhere
+/// (duplicate keys, depth, syntax) is refused first, exactly as by
+/// [`parse_strict_json`].
+enum Top {
+    Object {
+        tool: Option<Value>,
+        args: Option<Value>,
+        first_unknown: Option<String>,
+    },
+    NotObject,
+}
+
+struct TopLevel;
+
+impl<'de> DeserializeSeed<'de> for TopLevel {
+    type Value = Top;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Top, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+fn duplicate<E: de::Error>(key: &str) -> E {
+    E::custom(format!("{DUPLICATE} {:?}", key.escape_debug().to_string()))
+}
+
+impl<'de> Visitor<'de> for TopLevel {
+    type Value = Top;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_unit<E>(self) -> Result<Top, E> {
+        Ok(Top::NotObject)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
+        // Parsed in full: a duplicate key inside is still reported as one.
+        StrictValue { depth: 0 }
+            .visit_seq(seq)
+            .map(|_| Top::NotObject)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let inner = StrictValue { depth: 0 }.nested()?;
+        let (mut tool, mut args) = (None, None);
+        let mut unknown: Vec<String> = Vec::new();
+        // Keys arrive unescaped: `"\u0074ool"` is `tool`.
+        while let Some(key) = map.next_key_seed(Key)? {
+            let slot = match key.as_ref() {
+                "tool" => &mut tool,
+                "args" => &mut args,
+                other => {
+                    if unknown.iter().any(|seen| seen == other) {
+                        return Err(duplicate(other));
+                    }
+                    unknown.push(other.to_owned());
+                    map.next_value_seed(StrictValue { depth: inner.depth })?;
+                    continue;
+                }
+            };
+            if slot.is_some() {
+                return Err(duplicate(&key));
+            }
+            *slot = Some(map.next_value_seed(StrictValue { depth: inner.depth })?);
+        }
+        Ok(Top::Object {
+            tool,
+            args,
+            first_unknown: unknown.into_iter().next(),
+        })
+    }
+}
+
+/// A map key, borrowed from the input when it holds no escape.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v))
     }
 }
 

@@ -277,30 +277,32 @@ pub fn check_name(host: &str, extra_denied: &[String]) -> Result<(), EgressRefus
             format!("{name:?} is under the refused name {s:?}"),
         ));
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        || name.as_bytes().windows(2).any(|w| w == b"..")
-    {
-        return Err(refuse(
-            "host_invalid",
-            format!("{name:?} is not a plain DNS name"),
-        ));
-    }
-    if name.split('.').any(|label| {
-        label.is_empty() || label.len() > 63 || label.starts_with('-') || label.ends_with('-')
-    }) {
-        return Err(refuse(
-            "host_invalid",
-            format!("{name:?} has an invalid label"),
-        ));
+    // One pass over the name: the byte set, and each label's shape.
+    let invalid_label = |label: &[u8]| {
+        label.is_empty() || label.len() > 63 || label[0] == b'-' || label[label.len() - 1] == b'-'
+    };
+    for label in name.as_bytes().split(|&b| b == b'.') {
+        if !label
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(refuse(
+                "host_invalid",
+                format!("{name:?} is not a plain DNS name"),
+            ));
+        }
+        if invalid_label(label) {
+            return Err(refuse(
+                "host_invalid",
+                format!("{name:?} has an invalid label"),
+            ));
+        }
     }
     // Top-level domains are letters (or an IDN `xn--` label). A numeric or
     // mixed last label is either an IPv4 spelling the parser did not take
     // (`0x7f` forms) or no public name at all: refuse the whole family.
-    let last = name.rsplit('.').next().unwrap_or_default();
-    if !(last.bytes().all(|b| b.is_ascii_lowercase()) || last.starts_with("xn--")) || last.len() < 2
-    {
+    let last = last_label.as_bytes();
+    if !(last.iter().all(u8::is_ascii_lowercase) || last.starts_with(b"xn--")) || last.len() < 2 {
         return Err(refuse(
             "host_ambiguous",
             format!("{name:?} does not end in an alphabetic top-level label"),
@@ -327,13 +329,17 @@ pub fn check_url(
     }
     // The WHATWG parser strips leading/trailing C0 controls and spaces and
     // removes tabs and newlines anywhere; a URL that needs that is ambiguous.
-    if raw.bytes().any(|b| b <= b' ' || b == 0x7f) {
+    // One branch-free pass for both checks below.
+    let (control, backslash) = raw.bytes().fold((false, false), |(c, k), b| {
+        (c | (b <= b' ') | (b == 0x7f), k | (b == b'\\'))
+    });
+    if control {
         return Err(refuse(
             "url_ambiguous",
             "the URL holds spaces or control characters",
         ));
     }
-    if raw.contains('\\') {
+    if backslash {
         return Err(refuse(
             "url_ambiguous",
             "the URL holds a backslash, which parsers disagree on",
