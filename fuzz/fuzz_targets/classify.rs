@@ -2,7 +2,9 @@
 //! panic, and every `Stay` must also pass [`reference_stay`], a slower check
 //! written separately from the classifier: its own duplicate-key walk, std's
 //! `IpAddr` predicates instead of our range table, and plain string rules
-//! for names.
+//! for names. And the call parser, which reads the top level without a
+//! map, must agree with [`via_value`]: the strict parser's whole `Value`,
+//! then the same field rules — same call, or the same refusal code.
 #![no_main]
 
 use std::collections::HashSet;
@@ -12,9 +14,13 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use libfuzzer_sys::fuzz_target;
 use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use tono_seal::classify::{classify_raw, Policy, VerdictKind};
+use tono_seal::classify::call::parse_strict_json;
+use tono_seal::classify::{classify_raw, parse_call, Policy, ToolCall, VerdictKind};
 
 fuzz_target!(|data: &[u8]| {
+    let direct = parse_call(data).map_err(|v| v.code());
+    let reread = via_value(data);
+    assert_eq!(direct, reread, "parse_call and the Value reading disagree");
     let policy = Policy::default();
     let (_, verdict) = classify_raw(data, &policy);
     if verdict.kind() == VerdictKind::Stay {
@@ -23,6 +29,30 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The call as read from the strict parser's whole `Value`.
+fn via_value(data: &[u8]) -> Result<ToolCall, &'static str> {
+    if data.len() > tono_seal::classify::MAX_CALL_BYTES {
+        return Err("call_too_large");
+    }
+    let Value::Object(mut top) = parse_strict_json(data).map_err(|v| v.code())? else {
+        return Err("call_not_object");
+    };
+    let tool = match top.remove("tool") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err("tool_not_string"),
+        None => return Err("tool_missing"),
+    };
+    let args = match top.remove("args") {
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err("args_not_object"),
+        None => return Err("args_missing"),
+    };
+    if !top.is_empty() {
+        return Err("call_unknown_field");
+    }
+    Ok(ToolCall { tool, args })
+}
 
 /// The slow reference: may these bytes stay under the default policy?
 fn reference_stay(data: &[u8]) -> Result<(), String> {
