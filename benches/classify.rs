@@ -88,18 +88,26 @@ fn main() {
     let policy = Policy::default();
     let mut classify = |raw: &[u8]| drop(black_box(classify_raw(black_box(raw), &policy)));
     let mut strict = |raw: &[u8]| drop(black_box(tono_seal::classify::parse_call(black_box(raw))));
+    // The timer alone: what every sample carries besides the call.
+    let mut empty = |raw: &[u8]| {
+        let _ = black_box(raw);
+    };
     let mut parse = |raw: &[u8]| {
         drop(black_box(serde_json::from_slice::<serde_json::Value>(
             black_box(raw),
         )))
     };
     // Warm up.
-    time(&calls, 50, &mut [&mut classify, &mut strict, &mut parse]);
+    time(
+        &calls,
+        50,
+        &mut [&mut classify, &mut strict, &mut parse, &mut empty],
+    );
     let rounds = 400;
-    let [classify, strict, parse] = time(
+    let [classify, strict, parse, empty] = time(
         &calls,
         rounds,
-        &mut [&mut classify, &mut strict, &mut parse],
+        &mut [&mut classify, &mut strict, &mut parse, &mut empty],
     );
     // The slowest calls by their own median: where the p99 comes from.
     let mut per_call: Vec<(u64, usize)> = (0..calls.len())
@@ -113,6 +121,7 @@ fn main() {
     let (c50, c99) = percentiles(classify);
     let (p50, p99) = percentiles(parse);
     let (s50, s99) = percentiles(strict);
+    let (e50, e99) = percentiles(empty);
     println!("{} calls under 1 KiB x {rounds} rounds", calls.len());
     println!("{:<34} {:>10} {:>10}", "", "median µs", "p99 µs");
     println!(
@@ -126,6 +135,10 @@ fn main() {
     println!(
         "{:<34} {p50:>10.3} {p99:>10.3}",
         "serde_json::from_slice::<Value>"
+    );
+    println!(
+        "{:<34} {e50:>10.3} {e99:>10.3}",
+        "timer alone (in every sample)"
     );
     println!("the slowest calls: median in the run; hot (one call in a loop), and of that, the url crate's Url::parse of its URL alone");
     for (ns, i) in per_call.iter().take(5) {
@@ -164,8 +177,14 @@ fn main() {
         "serde_json::from_slice::<Value>"
     );
     println!(
-        "classify p99 / from_slice p99: {:.2}x; target p99 <= 2 µs: {}",
+        "classify p99 / from_slice p99: {:.2}x single samples, {:.2}x hot",
         c99 / p99,
-        if c99 <= 2.0 { "met" } else { "NOT met" }
+        hc99 / hp99
+    );
+    let held = |p99: f64| if p99 <= 2.0 { "met" } else { "NOT met" };
+    println!(
+        "target p99 <= 2 µs: single samples {}, each call hot (criterion's measure) {}",
+        held(c99),
+        held(hc99)
     );
 }
