@@ -398,34 +398,33 @@ mod tests {
         // An escaped key is the key it spells, for use and for duplicates.
         let c = parse_call(br#"{"\u0074ool":"shell","\u0061rgs":{}}"#).unwrap();
         assert_eq!(c.tool, "shell");
-        assert_eq!(
-            refused(br#"{"tool":"a","\u0074ool":"b","args":{}}"#),
-            "call_duplicate_key"
-        );
-        assert_eq!(
-            refused(br#"{"args":{},"args":{},"tool":"a"}"#),
-            "call_duplicate_key"
-        );
-        assert_eq!(
-            refused(br#"{"tool":"a","args":{},"x":1,"x":2}"#),
-            "call_duplicate_key"
-        );
-        // A value refused anywhere is refused before the shape is judged.
-        assert_eq!(
-            refused(br#"{"x":1,"tool":"a","args":{},"y":{"k":1,"k":2}}"#),
-            "call_duplicate_key"
-        );
-        assert_eq!(refused(br#"[{"k":1,"k":2}]"#), "call_duplicate_key");
-        assert_eq!(
-            refused(br#"{"tool":7,"x":{"k":1,"k":2}}"#),
-            "call_duplicate_key"
-        );
-        assert_eq!(refused(br#"{"tool":"a","x":1}"#), "args_missing");
-        assert_eq!(refused(br#"{"args":{}}"#), "tool_missing");
-        assert_eq!(refused(br#""{\"tool\":\"a\"}""#), "call_not_object");
-        assert_eq!(refused(b"null"), "call_not_object");
-        assert_eq!(refused(br#"{"tool":"a","args":{}"#), "call_not_json");
-        assert_eq!(refused(br#"{"tool":"a","args":{}}{}"#), "call_not_json");
+        let cases: [(&[u8], &str); 12] = [
+            (
+                br#"{"tool":"a","\u0074ool":"b","args":{}}"#,
+                "call_duplicate_key",
+            ),
+            (br#"{"args":{},"args":{},"tool":"a"}"#, "call_duplicate_key"),
+            (
+                br#"{"tool":"a","args":{},"x":1,"x":2}"#,
+                "call_duplicate_key",
+            ),
+            // A value refused anywhere is refused before the shape is judged.
+            (
+                br#"{"x":1,"tool":"a","args":{},"y":{"k":1,"k":2}}"#,
+                "call_duplicate_key",
+            ),
+            (br#"[{"k":1,"k":2}]"#, "call_duplicate_key"),
+            (br#"{"tool":7,"x":{"k":1,"k":2}}"#, "call_duplicate_key"),
+            (br#"{"tool":"a","x":1}"#, "args_missing"),
+            (br#"{"args":{}}"#, "tool_missing"),
+            (br#""{\"tool\":\"a\"}""#, "call_not_object"),
+            (b"null", "call_not_object"),
+            (br#"{"tool":"a","args":{}"#, "call_not_json"),
+            (br#"{"tool":"a","args":{}}{}"#, "call_not_json"),
+        ];
+        for (raw, code) in cases {
+            assert_eq!(refused(raw), code, "{}", String::from_utf8_lossy(raw));
+        }
     }
 
     #[test]
