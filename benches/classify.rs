@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use tono_seal::classify::{classify_raw, Policy};
+use tono_seal::classify::{classify_raw, Policy, MAX_CALL_BYTES};
 
 fn corpus() -> Vec<Vec<u8>> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("adversarial");
@@ -27,6 +27,43 @@ fn corpus() -> Vec<Vec<u8>> {
         }
     }
     calls
+}
+
+/// Calls just under [`MAX_CALL_BYTES`]: many distinct keys at the top
+/// level and in `args`, many headers, and one long string.
+fn large_calls() -> Vec<(&'static str, Vec<u8>)> {
+    let keys = |prefix: &str| {
+        let mut s = String::new();
+        let mut i = 0;
+        while s.len() < MAX_CALL_BYTES - 256 {
+            s.push_str(&format!("\"{prefix}{i}\":\"v\","));
+            i += 1;
+        }
+        s
+    };
+    let long = "a".repeat(MAX_CALL_BYTES - 256);
+    vec![
+        (
+            "distinct unknown top-level keys",
+            format!("{{{}\"tool\":\"a\",\"args\":{{}}}}", keys("k")).into_bytes(),
+        ),
+        (
+            "distinct keys in args",
+            format!("{{\"tool\":\"a\",\"args\":{{{}\"z\":1}}}}", keys("k")).into_bytes(),
+        ),
+        (
+            "http_get with distinct headers",
+            format!(
+                "{{\"tool\":\"http_get\",\"args\":{{\"url\":\"https://example.com/\",\"headers\":{{{}\"x\":\"1\"}}}}}}",
+                keys("x-h")
+            )
+            .into_bytes(),
+        ),
+        (
+            "one long string",
+            format!("{{\"tool\":\"a\",\"args\":{{\"s\":\"{long}\"}}}}").into_bytes(),
+        ),
+    ]
 }
 
 fn percentiles(mut ns: Vec<u64>) -> (f64, f64) {
@@ -181,6 +218,32 @@ fn main() {
         c99 / p99,
         hc99 / hp99
     );
+    // Calls near the 1 MiB limit, shaped to find anything worse than
+    // linear: the cost is per call, beside from_slice of the same bytes.
+    println!("calls near 1 MiB: median of 5, ms");
+    for (what, raw) in large_calls() {
+        let ms = |f: &dyn Fn()| {
+            let mut runs: Vec<f64> = (0..5)
+                .map(|_| {
+                    let start = Instant::now();
+                    f();
+                    start.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            runs.sort_by(f64::total_cmp);
+            runs[2]
+        };
+        let c = ms(&|| drop(black_box(classify_raw(black_box(&raw), &policy))));
+        let p = ms(&|| {
+            drop(black_box(serde_json::from_slice::<serde_json::Value>(
+                black_box(&raw),
+            )))
+        });
+        println!(
+            "  {what:<40} classify {c:>7.2}  from_slice {p:>7.2}  ({:.1}x)",
+            c / p
+        );
+    }
     let held = |p99: f64| if p99 <= 2.0 { "met" } else { "NOT met" };
     println!(
         "target p99 <= 2 µs: single samples {}, each call hot (criterion's measure) {}",
