@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::user::TargetUser;
+use tono_seal::turn::{EnvConfig, RunEnv, TurnCredential};
 use tono_seal::Outcome;
 
 fn grants(specs: &[&str]) -> Vec<SecretGrant> {
@@ -85,6 +86,51 @@ fn each_user_unseals_its_own_and_the_kernel_denies_the_other() {
     let out = shell(&a.user, &grants(&["tok"]), "true", &["other"]);
     assert_eq!(out.reason, "secret_not_granted");
     assert_eq!(out.exit_code, None);
+}
+
+#[test]
+fn no_variable_is_set_twice_and_nothing_is_unsealed_when_one_would_be() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("tok", b"alpha-value");
+    u.seal("other", b"beta-value");
+    let marker = "ran-anyway";
+    let command = format!("echo {marker}");
+    // Refused by the worker before any launch.
+    for (grant, asked, code) in [
+        (&["tok=TOK"][..], &["tok", "tok"][..], "secret_repeated"),
+        (&["tok=TOK", "other=TOK"], &["tok", "other"], "env_conflict"),
+    ] {
+        let out = shell(&u.user, &grants(grant), &command, asked);
+        assert_eq!(out.reason, code, "{grant:?} {asked:?}: {out:?}");
+        assert_eq!(out.exit_code, None, "nothing ran: {out:?}");
+        assert!(!out.stdout.contains(marker));
+    }
+    // A secret bound to the turn credential's variable: the launcher
+    // refuses the plan after the drop and before it unseals anything.
+    let options = RunOptions {
+        env: RunEnv {
+            config: std::sync::Arc::new(EnvConfig::default()),
+            provider: None,
+            credential: Some(TurnCredential::new("TOK", "turn-own".into()).unwrap()),
+        },
+        ..RunOptions::default()
+    };
+    let call = json!({"tool": "shell", "args": {"command": command, "secrets": ["tok"]}});
+    let out = rt().block_on(call_as(&u.user, &grants(&["tok=TOK"]), call, options));
+    let error = out.launch_error.as_ref().expect("a typed launch error");
+    assert_eq!(error.code, "env_conflict", "{out:?}");
+    assert!(error.message.contains("TOK is set twice"), "{error:?}");
+    assert_eq!(out.exit_code, None, "nothing ran: {out:?}");
+    // The same secrets, each once and on its own variable, still run.
+    let out = shell(
+        &u.user,
+        &grants(&["tok=TOK", "other=OTHER"]),
+        "test -n \"$TOK\" && test -n \"$OTHER\" && env | grep -c -e ^TOK= -e ^OTHER=",
+        &["tok", "other"],
+    );
+    assert!(out.succeeded(), "{out:?}");
+    assert_eq!(out.stdout.trim(), "2");
 }
 
 #[test]

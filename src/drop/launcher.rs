@@ -20,6 +20,7 @@
 //! single-threaded program, so it may allocate freely.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -275,15 +276,22 @@ fn exec_program(
                 .map_err(|_| bad("argv_nul", "an argument holds a NUL byte".into()))
         })
         .collect::<Result<_, _>>()?;
-    let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
-    for (name, value) in &exec.env {
+    // Each variable once, checked before anything is unsealed: with a name
+    // twice, programs differ on which copy they read.
+    let mut names = BTreeSet::new();
+    let plain = exec.env.iter().map(|(name, _)| (name, "a plain variable"));
+    let secret = exec.secrets.iter().map(|s| (&s.env, "a secret's"));
+    for (name, what) in plain.chain(secret) {
         valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
-        if exec.secrets.iter().any(|s| &s.env == name) {
+        if !names.insert(name) {
             return Err(bad(
                 "env_conflict",
-                format!("{name} is both a plain variable and a secret's"),
+                format!("{name} is set twice (the second time as {what})"),
             ));
         }
+    }
+    let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
+    for (name, value) in &exec.env {
         let entry = CString::new(format!("{name}={value}")).map_err(|_| {
             bad(
                 "env_invalid",
@@ -298,7 +306,6 @@ fn exec_program(
             |e: crate::keys::KeysError| LaunchError::new(Stage::Unseal, e.code(), e.to_string());
         let ids = store.identities().map_err(unseal_error)?;
         for binding in &exec.secrets {
-            valid_env_name(&binding.env).map_err(|m| bad("env_invalid", m))?;
             let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
             let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
             envp.push(secret_entry(

@@ -7,6 +7,7 @@
 //! reads a secret and never touches the user's files: it names secrets, the
 //! launcher unseals them after the drop.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -165,27 +166,44 @@ fn args<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Verdict> {
         .map_err(|e| Verdict::refuse("args_invalid", format!("arguments of {}: {e}", call.tool)))
 }
 
+/// Binds each secret the call names to its grant. A name asked for twice,
+/// or two secrets bound to one variable, is refused: the program would see
+/// one variable twice, and programs differ on which copy they read.
 fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretBinding>, Verdict> {
-    wanted
-        .iter()
-        .map(|name| {
-            grants
-                .iter()
-                .find(|g| g.name.as_str() == name)
-                .map(|g| SecretBinding {
-                    name: g.name.to_string(),
-                    env: g.env.clone(),
-                })
-                .ok_or_else(|| {
-                    Verdict::refuse(
-                        "secret_not_granted",
-                        format!(
-                            "the call asks for secret {name:?}, which this turn does not allow"
-                        ),
-                    )
-                })
-        })
-        .collect()
+    let mut bound: Vec<SecretBinding> = Vec::with_capacity(wanted.len());
+    let mut variables = BTreeSet::new();
+    for name in wanted {
+        let grant = grants
+            .iter()
+            .find(|g| g.name.as_str() == name)
+            .ok_or_else(|| {
+                Verdict::refuse(
+                    "secret_not_granted",
+                    format!("the call asks for secret {name:?}, which this turn does not allow"),
+                )
+            })?;
+        if !variables.insert(grant.env.as_str()) {
+            return Err(if bound.iter().any(|b| b.name == *name) {
+                Verdict::refuse(
+                    "secret_repeated",
+                    format!("the call asks for secret {name:?} more than once"),
+                )
+            } else {
+                Verdict::refuse(
+                    "env_conflict",
+                    format!(
+                        "secret {name:?} would set {}, which another secret of this call sets",
+                        grant.env
+                    ),
+                )
+            });
+        }
+        bound.push(SecretBinding {
+            name: grant.name.to_string(),
+            env: grant.env.clone(),
+        });
+    }
+    Ok(bound)
 }
 
 fn prepare(
