@@ -103,37 +103,44 @@ type Timed<'a> = dyn FnMut(&[u8]) + 'a;
 /// Rounds in a row for one function.
 const BLOCK: usize = 50;
 
-/// The median cost of `f` in a hot loop, in ns.
-fn hot_ns(mut f: impl FnMut()) -> f64 {
-    const BATCHES: usize = 11;
-    const CALLS: u32 = 500;
-    let mut batches: Vec<f64> = (0..BATCHES)
+/// The median over `batches` batches of `f`'s cost per run, `runs` runs to
+/// a batch, in ns.
+fn median_ns(batches: usize, runs: u32, mut f: impl FnMut()) -> f64 {
+    let mut per_run: Vec<f64> = (0..batches)
         .map(|_| {
             let start = Instant::now();
-            for _ in 0..CALLS {
+            for _ in 0..runs {
                 f();
             }
-            start.elapsed().as_nanos() as f64 / f64::from(CALLS)
+            start.elapsed().as_nanos() as f64 / f64::from(runs)
         })
         .collect();
-    batches.sort_by(f64::total_cmp);
-    batches[batches.len() / 2]
+    per_run.sort_by(f64::total_cmp);
+    per_run[batches / 2]
+}
+
+/// The cost of `f` in a hot loop, in ns.
+fn hot_ns(f: impl FnMut()) -> f64 {
+    median_ns(11, 500, f)
 }
 
 fn main() {
     let calls = corpus();
     let policy = Policy::default();
-    let mut classify = |raw: &[u8]| drop(black_box(classify_raw(black_box(raw), &policy)));
+    // Each function under test, once; the closures are `Copy`.
+    let classify_once = |raw: &[u8]| drop(black_box(classify_raw(black_box(raw), &policy)));
+    let from_slice_once = |raw: &[u8]| {
+        drop(black_box(serde_json::from_slice::<serde_json::Value>(
+            black_box(raw),
+        )))
+    };
+    let mut classify = classify_once;
     let mut strict = |raw: &[u8]| drop(black_box(tono_seal::classify::parse_call(black_box(raw))));
     // The timer alone: what every sample carries besides the call.
     let mut empty = |raw: &[u8]| {
         let _ = black_box(raw);
     };
-    let mut parse = |raw: &[u8]| {
-        drop(black_box(serde_json::from_slice::<serde_json::Value>(
-            black_box(raw),
-        )))
-    };
+    let mut parse = from_slice_once;
     // Warm up.
     time(
         &calls,
@@ -181,7 +188,7 @@ fn main() {
     for (ns, i) in per_call.iter().take(5) {
         let raw = &calls[*i];
         let shown: String = String::from_utf8_lossy(raw).chars().take(60).collect();
-        let hot = hot_ns(|| drop(black_box(classify_raw(black_box(raw), &policy))));
+        let hot = hot_ns(|| classify_once(raw));
         let url = serde_json::from_slice::<serde_json::Value>(raw)
             .ok()
             .and_then(|v| v["args"]["url"].as_str().map(str::to_owned));
@@ -201,12 +208,8 @@ fn main() {
         let ns: Vec<u64> = calls.iter().map(|raw| hot_ns(|| f(raw)) as u64).collect();
         percentiles(ns)
     };
-    let (hc50, hc99) = hot_p99(&|raw| drop(black_box(classify_raw(black_box(raw), &policy))));
-    let (hp50, hp99) = hot_p99(&|raw| {
-        drop(black_box(serde_json::from_slice::<serde_json::Value>(
-            black_box(raw),
-        )))
-    });
+    let (hc50, hc99) = hot_p99(&classify_once);
+    let (hp50, hp99) = hot_p99(&from_slice_once);
     println!("each call hot, then median and p99 over the calls:");
     println!("{:<34} {hc50:>10.3} {hc99:>10.3}", "classify_raw");
     println!(
@@ -222,23 +225,8 @@ fn main() {
     // linear: the cost is per call, beside from_slice of the same bytes.
     println!("calls near 1 MiB: median of 5, ms");
     for (what, raw) in large_calls() {
-        let ms = |f: &dyn Fn()| {
-            let mut runs: Vec<f64> = (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    f();
-                    start.elapsed().as_secs_f64() * 1e3
-                })
-                .collect();
-            runs.sort_by(f64::total_cmp);
-            runs[2]
-        };
-        let c = ms(&|| drop(black_box(classify_raw(black_box(&raw), &policy))));
-        let p = ms(&|| {
-            drop(black_box(serde_json::from_slice::<serde_json::Value>(
-                black_box(&raw),
-            )))
-        });
+        let ms = |f: &dyn Fn(&[u8])| median_ns(5, 1, || f(&raw)) / 1e6;
+        let (c, p) = (ms(&classify_once), ms(&from_slice_once));
         println!(
             "  {what:<40} classify {c:>7.2}  from_slice {p:>7.2}  ({:.1}x)",
             c / p
