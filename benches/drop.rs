@@ -18,8 +18,8 @@ use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::spawn::Launcher;
-use tono_seal::drop::user::TargetUser;
 use tono_seal::turn::account;
+use tono_seal::user::TargetUser;
 
 const UID: u32 = 61950;
 

@@ -21,8 +21,13 @@
 pub mod classify;
 pub mod cli;
 pub mod drop;
+pub mod env;
+pub mod fs;
 pub mod keys;
+pub mod launch;
+pub mod sys;
 pub mod turn;
+pub mod user;
 
 pub use drop::outcome::Outcome;
 pub use drop::run::{drop_and_run, DropRequest, RunOptions};

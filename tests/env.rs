@@ -11,7 +11,7 @@ use common::{launcher, rt, stderr, tono, tono_env, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
-use tono_seal::turn::{EnvConfig, RunEnv, TurnCredential};
+use tono_seal::env::{EnvConfig, RunEnv, TurnCredential};
 use tono_seal::Outcome;
 
 /// What a compromised or careless worker might have in its environment.

@@ -11,8 +11,8 @@ use common::{launcher, rt, sha256_hex, stderr, stdout, tono, tono_env, TestUser}
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use tono_seal::drop::user::TargetUser;
-use tono_seal::turn::{EnvConfig, RunEnv, TurnCredential};
+use tono_seal::env::{EnvConfig, RunEnv, TurnCredential};
+use tono_seal::user::TargetUser;
 use tono_seal::Outcome;
 
 fn grants(specs: &[&str]) -> Vec<SecretGrant> {
@@ -547,7 +547,7 @@ fn refusals_are_typed_and_the_tool_never_runs() {
     assert_eq!(code(&out), "identity_insecure");
     assert_eq!(
         out.launch_error.unwrap().stage,
-        tono_seal::drop::report::Stage::Unseal
+        tono_seal::launch::report::Stage::Unseal
     );
     u.sh("chmod 0600 .tono/identity");
     // The same call with everything right does run: the markers meant something.

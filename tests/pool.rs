@@ -14,7 +14,7 @@ use tono_seal::classify::Policy;
 use tono_seal::drop::pool::POOL_SIZE;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::spawn::Launcher;
-use tono_seal::drop::user::TargetUser;
+use tono_seal::user::TargetUser;
 use tono_seal::Outcome;
 
 /// This process's children that run `tono-launch` and have not exited.

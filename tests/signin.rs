@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{launcher, live_processes_of, rt, TestUser};
-use tono_seal::turn::provider::{Provider, ProviderSpec};
+use tono_seal::env::provider::{Provider, ProviderSpec};
+use tono_seal::env::EnvConfig;
 use tono_seal::turn::run_as::{
     resolve, AgentAnswer, AgentKind, AllottedUser, Answer, PersonAnswer, Question, Resolution,
     RunKind, Speaker,
 };
 use tono_seal::turn::signin::{ProviderAction, ProviderRun, SignInError, SignInLimits};
-use tono_seal::turn::{EnvConfig, RunAs};
+use tono_seal::turn::RunAs;
 
 /// A root-owned folder of fake provider programs, readable by everyone.
 struct Fakes {

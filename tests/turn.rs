@@ -16,12 +16,12 @@ use common::{launcher, rt, tono, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
-use tono_seal::drop::user::{TargetUser, UserSpec};
+use tono_seal::env::provider::Provider;
+use tono_seal::fs::root_dir::{Component, RootDir};
 use tono_seal::turn::account::{self, AccountError};
-use tono_seal::turn::provider::Provider;
-use tono_seal::turn::root_dir::{Component, RootDir};
 use tono_seal::turn::state::{ProviderSession, WorkerState};
 use tono_seal::turn::turn_dir::{TurnBase, TurnError, TurnId};
+use tono_seal::user::{TargetUser, UserSpec};
 
 /// Sysctls are global: one test at a time changes them.
 static SYSCTL: Mutex<()> = Mutex::new(());

@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256};
 use super::exit::{self, CliError};
 use super::memscan;
 use crate::drop::spawn::Launcher;
-use crate::drop::user::{TargetUser, UserSpec};
 use crate::turn::account;
+use crate::user::{TargetUser, UserSpec};
 
 /// The uids the demo may use.
 pub const DEMO_UIDS: std::ops::RangeInclusive<u32> = 61900..=61999;

@@ -1,8 +1,8 @@
 //! The CLI's errors and their stable exit codes.
 #![forbid(unsafe_code)]
 
-use crate::drop::report::{LaunchError, Stage};
-use crate::drop::user::UserError;
+use crate::launch::report::{LaunchError, Stage};
+use crate::user::UserError;
 
 /// Success.
 pub const OK: i32 = 0;

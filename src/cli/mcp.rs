@@ -42,8 +42,8 @@ use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::Launcher;
-use crate::drop::user::TargetUser;
-use crate::turn::RunEnv;
+use crate::env::RunEnv;
+use crate::user::TargetUser;
 
 /// How often a running call reports progress, when asked to.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);

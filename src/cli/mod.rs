@@ -21,12 +21,12 @@ use serde_json::Value;
 
 use crate::classify::Policy;
 use crate::drop::outcome::Outcome;
-use crate::drop::plan::{Action, KeysOp, LaunchPlan};
-use crate::drop::report::{LaunchError, Stage, StatusReport};
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::{launch, Input, Launcher, Output};
-use crate::drop::user::TargetUser;
-use crate::turn::{EnvConfig, Provider, RunEnv};
+use crate::env::{EnvConfig, Provider, RunEnv};
+use crate::launch::plan::{Action, KeysOp, LaunchPlan};
+use crate::launch::report::{LaunchError, Stage, StatusReport};
+use crate::user::TargetUser;
 use exit::CliError;
 
 /// Per-user age-sealed secrets, and tools run as their user.

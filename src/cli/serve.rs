@@ -20,7 +20,7 @@ use super::exit::{self, CliError};
 use crate::classify::{Policy, MAX_CALL_BYTES};
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::Launcher;
-use crate::drop::user::TargetUser;
+use crate::user::TargetUser;
 
 /// The longest request line read.
 pub const MAX_LINE_BYTES: usize = MAX_CALL_BYTES + 64 * 1024;

@@ -571,11 +571,11 @@ fn kill_v1(dir: &Path, deadline: Instant) -> Result<(), String> {
             return Ok(());
         }
         for pid in pids {
-            let Ok(pidfd) = super::sys::pidfd_open(pid) else {
+            let Ok(pidfd) = crate::sys::pidfd_open(pid) else {
                 continue; // already gone
             };
             if listed(dir)?.contains(&pid) {
-                let _ = super::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+                let _ = crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
             }
         }
         if Instant::now() > deadline {

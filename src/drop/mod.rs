@@ -1,24 +1,20 @@
-//! The launch plan, the privilege drop and its verification, spawning,
-//! outcomes and timeouts.
+//! The worker's side of a dropped call: classify, build the launch plan,
+//! start (or take a waiting) `tono-launch`, contain and watch it, and
+//! return a structured [`outcome::Outcome`].
 //!
-//! Guarantees: every program for a user starts through `tono-launch`
-//! ([`launcher`]), which drops to the user's uid and own gid with no other
-//! group and no_new_privs, and proves the drop held ([`verify`]) before any
-//! user-chosen code runs. All `unsafe` of the crate is in [`sys`].
+//! Guarantees: the worker never reads a secret and never touches a user's
+//! files — it names secrets in the plan and the launcher unseals them after
+//! the drop ([`crate::launch`]); the launcher starts with an empty
+//! environment and no fd of the worker's beyond its stdio, plan and status
+//! pipe; a call's processes are killed and reaped when it ends, its
+//! timeout fires, or its future is dropped.
 
-pub mod builtin;
 pub mod cgroup;
 #[cfg(feature = "read-tool")]
 pub mod fetch;
-pub mod launcher;
 pub mod outcome;
-pub mod plan;
 pub mod pool;
 pub mod probe;
-pub mod report;
 pub mod run;
 pub mod spawn;
 pub mod sweep;
-pub mod sys;
-pub mod user;
-pub mod verify;

@@ -7,9 +7,9 @@ use std::os::unix::process::ExitStatusExt;
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{LaunchError, Stage, StatusReport};
 use super::spawn::Finished;
 use crate::classify::{Verdict, VerdictKind};
+use crate::launch::report::{LaunchError, Stage, StatusReport};
 
 /// What happened to one tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //! Starting `tono-launch` (exec, dynamic loading, libc start-up) is about a
 //! third of a call on a small VM. A pooled launcher has done exactly that
 //! and nothing more: it is blocked reading its plan on fd 3, before its
-//! first step (see [`super::launcher`]). It holds nothing of any user and
+//! first step (see [`crate::launch::sequence`]). It holds nothing of any user and
 //! has not yet `setsid()`, dropped or read a key; all of that happens
 //! after the plan arrives, as for a launcher started for the call. So a
 //! call that takes one runs the same steps, checked the same way.
@@ -31,7 +31,7 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 use super::cgroup::{self, AppliedLimits, CallCgroup, UNASSIGNED};
 use super::spawn::{open_null, start, Started};
-use super::sys;
+use crate::sys;
 
 /// How many launchers wait, per launcher path.
 pub const POOL_SIZE: usize = 2;

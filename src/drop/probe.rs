@@ -18,8 +18,8 @@ use serde_json::json;
 
 use super::run::{drop_and_run, DropRequest, RunOptions};
 use super::spawn::Launcher;
-use super::user::TargetUser;
 use crate::classify::Policy;
+use crate::user::TargetUser;
 
 /// What a probe expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,8 +183,8 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
             } else {
                 "not applied".into()
             },
-            super::plan::DEFAULT_NPROC,
-            super::plan::DEFAULT_NOFILE,
+            crate::launch::plan::DEFAULT_NPROC,
+            crate::launch::plan::DEFAULT_NOFILE,
             super::cgroup::DEFAULT_MEMORY_MAX,
             if delegated("memory") {
                 "cgroup v2 memory, OOM-killed inside the call"

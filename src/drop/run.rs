@@ -16,13 +16,13 @@ use serde_json::Value;
 
 use super::cgroup::{self, AppliedLimits, CallCgroup};
 use super::outcome::Outcome;
-use super::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
-use super::report::{LaunchError, Stage};
 use super::spawn::{launch_tapped, Finished, Input, Launcher, Output, Setup, Tap};
-use super::user::TargetUser;
 use crate::classify::{classify_raw, Policy, ToolCall, ToolKind, Verdict, VerdictKind};
+use crate::env::{EnvBuilder, RunEnv};
 use crate::keys::SecretName;
-use crate::turn::{EnvBuilder, RunEnv};
+use crate::launch::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
+use crate::launch::report::{LaunchError, Stage};
+use crate::user::TargetUser;
 
 /// Default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,7 +45,7 @@ impl SecretGrant {
     pub fn parse(spec: &str) -> Result<Self, String> {
         let (name, env) = spec.split_once('=').unwrap_or((spec, spec));
         let name = SecretName::parse(name).map_err(|e| e.to_string())?;
-        super::launcher::valid_env_name(env)?;
+        crate::env::valid_env_name(env)?;
         Ok(Self {
             name,
             env: env.to_owned(),

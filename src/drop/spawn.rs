@@ -26,10 +26,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::cgroup::{AppliedLimits, CallCgroup, Counters};
-use super::plan::LaunchPlan;
 use super::pool;
-use super::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
-use super::sys;
+use crate::launch::plan::LaunchPlan;
+use crate::launch::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
+use crate::sys;
 
 /// How long output is still read after the program exited and its process
 /// group was killed.

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::plan::{Action, LaunchPlan};
-use super::report::StatusReport;
 use super::spawn::{launch_tapped, Input, Launcher, Output};
-use super::user::TargetUser;
+use crate::launch::plan::{Action, LaunchPlan};
+use crate::launch::report::StatusReport;
+use crate::user::TargetUser;
 
 /// How long a sweep may take.
 pub const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);

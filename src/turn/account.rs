@@ -24,9 +24,9 @@ use std::process::Command;
 
 use nix::unistd::{Gid, Uid};
 
-use super::root_dir::{Component, RootDir};
 use super::run_as::FIRST_ALLOTTED_ID;
-use crate::drop::user::{valid_login_name, TargetUser, UserSpec};
+use crate::fs::root_dir::{Component, RootDir};
+use crate::user::{valid_login_name, TargetUser, UserSpec};
 
 /// The lock file that serializes user creation and removal.
 pub const ACCOUNT_LOCK: &str = "/run/lock/tono-accounts.lock";

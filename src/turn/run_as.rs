@@ -20,7 +20,7 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::drop::user::{valid_login_name, TargetUser, UserSpec};
+use crate::user::{valid_login_name, TargetUser, UserSpec};
 
 /// The lowest uid and gid the Cloud may allot: below is the system range.
 pub const FIRST_ALLOTTED_ID: u32 = 1000;

@@ -24,17 +24,17 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::env::{EnvBuilder, EnvConfig, RunEnv};
-use super::provider::{Provider, ProviderSpec};
 use super::run_as::{RunAs, RunKind};
 use crate::classify::Verdict;
 use crate::drop::cgroup::AppliedLimits;
 use crate::drop::outcome::Outcome;
-use crate::drop::plan::{Action, ExecPlan};
-use crate::drop::report::LaunchError;
 use crate::drop::run::{launch_as, outcome_of, RunOptions};
 use crate::drop::spawn::{Finished, Input, Launcher, Output, Stream};
-use crate::drop::user::TargetUser;
+use crate::env::provider::{Provider, ProviderSpec};
+use crate::env::{EnvBuilder, EnvConfig, RunEnv};
+use crate::launch::plan::{Action, ExecPlan};
+use crate::launch::report::LaunchError;
+use crate::user::TargetUser;
 
 /// Default time a sign-in has to print its link and code.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
@@ -642,7 +642,7 @@ impl SignInSession {
             None => self.finished().await.map_err(|e| match e {
                 SignInError::Launch(e) => e,
                 other => LaunchError::new(
-                    crate::drop::report::Stage::Launcher,
+                    crate::launch::report::Stage::Launcher,
                     other.code(),
                     other.to_string(),
                 ),

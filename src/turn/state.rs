@@ -16,8 +16,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::provider::Provider;
-use super::root_dir::{Component, RootDir, RootDirError};
+use crate::env::provider::Provider;
+use crate::fs::root_dir::{Component, RootDir, RootDirError};
 
 /// Where the worker keeps its state by default.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/tono/state";

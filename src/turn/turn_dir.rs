@@ -23,13 +23,13 @@ use std::time::Duration;
 
 use nix::unistd::{Gid, Uid};
 
-use super::root_dir::{Component, RootDir, RootDirError};
 use super::state::{Handover, StateError, WorkerState};
-use crate::drop::plan::{Action, FileOp};
-use crate::drop::report::{LaunchError, StatusReport};
 use crate::drop::run::{launch_as, RunOptions};
 use crate::drop::spawn::{Launcher, Output};
-use crate::drop::user::{TargetUser, UserSpec};
+use crate::fs::root_dir::{Component, RootDir, RootDirError};
+use crate::launch::plan::{Action, FileOp};
+use crate::launch::report::{LaunchError, StatusReport};
+use crate::user::{TargetUser, UserSpec};
 
 /// Where turn folders are made by default.
 pub const DEFAULT_TURN_BASE: &str = "/var/lib/tono/turns";
@@ -273,7 +273,7 @@ impl TurnBase {
             StatusReport::Done(_) => Ok(()),
             StatusReport::Failed(e) => Err(failed(e)),
             other => Err(failed(LaunchError::new(
-                crate::drop::report::Stage::Launcher,
+                crate::launch::report::Stage::Launcher,
                 "no_result",
                 format!("the launcher ended without a result: {other:?}"),
             ))),

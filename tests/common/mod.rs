@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::drop::spawn::Launcher;
-use tono_seal::drop::user::{TargetUser, UserSpec};
 use tono_seal::turn::account;
+use tono_seal::user::{TargetUser, UserSpec};
 
 /// Returns true when the test may go on as root. Not root: a loud skip, or
 /// a failure under `CI=true`.

@@ -150,7 +150,7 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
         }
         FileOp::Clear { path } => {
             let shown = path.display().to_string();
-            let removed = crate::turn::tree::empty_folder(path)
+            let removed = crate::fs::tree::empty_folder(path)
                 .map_err(|e| io_error("clear_failed", format!("clear {shown}"), e))?;
             Ok(json!({ "cleared": shown, "removed": removed }))
         }

@@ -30,7 +30,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::drop::sys::open_beneath;
+use crate::sys::open_beneath;
 
 /// The longest name a [`Component`] may have.
 pub const MAX_COMPONENT: usize = 128;

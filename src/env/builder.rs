@@ -29,7 +29,7 @@ use serde::Deserialize;
 use zeroize::Zeroizing;
 
 use super::provider::{Provider, ProviderSpec};
-use crate::drop::user::TargetUser;
+use crate::user::TargetUser;
 
 /// The `PATH` every launched program gets.
 pub const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -194,8 +194,19 @@ pub fn sanitize_proxy(proxy: &str) -> Result<String, EnvError> {
     })
 }
 
-fn check_var(name: &str, value: &str) -> Result<(), EnvError> {
+/// Environment variable names: non-empty, no `=`, no NUL.
+pub fn valid_env_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(format!(
+            "{:?} is not a valid environment variable name",
+            name.escape_debug().to_string()
+        ));
+    }
+    Ok(())
+}
+
+fn check_var(name: &str, value: &str) -> Result<(), EnvError> {
+    if valid_env_name(name).is_err() {
         return Err(EnvError::BadName(name.escape_debug().to_string()));
     }
     if value.contains('\0') {

@@ -39,7 +39,7 @@ pub struct LaunchPlan {
 impl LaunchPlan {
     /// A plan to do `action` as `user`, with the default limits and no
     /// cgroup (the caller adds those it has).
-    pub fn for_user(user: &super::user::TargetUser, action: Action) -> Self {
+    pub fn for_user(user: &crate::user::TargetUser, action: Action) -> Self {
         Self {
             user: user.name.clone(),
             uid: user.uid,

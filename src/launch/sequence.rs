@@ -10,7 +10,7 @@
 //!    `setgroups([])`, `setresgid`, `setresuid`, `PR_SET_NO_NEW_PRIVS`, and
 //!    `PR_SET_PDEATHSIG(SIGKILL)` (set after the credential change, which
 //!    clears it);
-//! 2. verifies the drop held ([`super::verify::verify_dropped`]); any
+//! 2. verifies the drop held ([`super::drop_held::check_drop_held`]); any
 //!    failure is reported on the status pipe and nothing runs;
 //! 3. as the user: opens the identity, unseals only the requested secrets
 //!    into the program's fresh environment, enters the working folder, and
@@ -34,12 +34,12 @@ use nix::unistd::{Gid, Uid};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::builtin;
+use super::drop_held::check_drop_held;
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
 use super::report::{LaunchError, Stage, StatusMessage, EXEC_MARK};
-use super::sys;
-use super::user::{TargetUser, UserSpec};
-use super::verify::verify_dropped;
 use crate::keys::{KeyStore, SecretName};
+use crate::sys;
+use crate::user::{TargetUser, UserSpec};
 
 /// Exit status of the launcher when it refused or failed (the status pipe
 /// says why).
@@ -205,7 +205,7 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
             "the worker exited during the launch",
         ));
     }
-    verify_dropped(plan.uid, plan.gid)
+    check_drop_held(plan.uid, plan.gid)
 }
 
 fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
@@ -282,7 +282,7 @@ fn exec_program(
     let plain = exec.env.iter().map(|(name, _)| (name, "a plain variable"));
     let secret = exec.secrets.iter().map(|s| (&s.env, "a secret's"));
     for (name, what) in plain.chain(secret) {
-        valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
+        crate::env::valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
         if !names.insert(name) {
             return Err(bad(
                 "env_conflict",
@@ -368,17 +368,6 @@ fn secret_entry(
             ))
         }
     }
-}
-
-/// Environment variable names: non-empty, no `=`, no NUL.
-pub fn valid_env_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(format!(
-            "{:?} is not a valid environment variable name",
-            name.escape_debug().to_string()
-        ));
-    }
-    Ok(())
 }
 
 /// Finds `argv0` like `execvp`, but in the plan's own `PATH`, as the user.

@@ -2,7 +2,7 @@
 //! first instruction (OpenSSH's `permanently_set_uid` and sudo-rs's
 //! `irrevocably_drop_privileges` do the same).
 //!
-//! [`verify_dropped`] passes only if: real, effective and saved uid and gid
+//! [`check_drop_held`] passes only if: real, effective and saved uid and gid
 //! are the target's; there are no supplementary groups; `CapInh`, `CapPrm`,
 //! `CapEff` and `CapAmb` in `/proc/self/status` are all zero; `NoNewPrivs`
 //! is 1; and `setuid(0)` and `setgid(0)` both fail with `EPERM`.
@@ -21,7 +21,7 @@ fn refuse(code: &str, message: String) -> LaunchError {
 
 /// Checks, by re-reading every id from the kernel, that this process is
 /// `uid`/`gid` with no way back to root.
-pub fn verify_dropped(uid: u32, gid: u32) -> Result<(), LaunchError> {
+pub fn check_drop_held(uid: u32, gid: u32) -> Result<(), LaunchError> {
     let r = getresuid()
         .map_err(|e| LaunchError::sys(Stage::Verify, "getresuid_failed", "getresuid", e))?;
     let ids = [r.real.as_raw(), r.effective.as_raw(), r.saved.as_raw()];

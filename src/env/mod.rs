@@ -1,0 +1,19 @@
+//! The fresh environment of a launched program, and the provider table it
+//! is partly built from.
+//!
+//! Guarantees: a launched program's environment is built here from
+//! nothing, by name ([`EnvBuilder`]); nothing is copied from the worker's
+//! own environment; a proxy's userinfo never reaches it; every name passes
+//! [`valid_env_name`] (the launcher checks the same rule again after the
+//! drop). Below both the worker's side of a call (`drop`) and the runs of a
+//! turn (`turn`), which build environments the same way.
+#![forbid(unsafe_code)]
+
+pub mod builder;
+pub mod provider;
+
+pub use builder::{
+    sanitize_proxy, valid_env_name, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv,
+    TurnCredential,
+};
+pub use provider::{Provider, ProviderSpec};

@@ -1,0 +1,53 @@
+//! File descriptors: closing every inherited one, taking ownership of one
+//! the worker placed, and opening one name beneath a folder fd without
+//! following any symlink.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+
+/// Closes every fd from `first` up, with `close_range(2)`.
+pub fn close_fds_from(first: u32) -> Result<(), Errno> {
+    // SAFETY: close_range only closes descriptors; it takes plain integers
+    // and touches no memory of ours. No Rust object owns an fd >= `first` in
+    // the launcher at the point it is called (only stdio, the plan fd, which
+    // is already closed, and the status fd, which is below `first`).
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    Errno::result(rc).map(drop)
+}
+
+/// Takes ownership of an inherited fd, if it is open.
+pub fn take_inherited_fd(fd: RawFd) -> Option<File> {
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).ok()?;
+    // SAFETY: F_GETFD just proved `fd` is open, and nothing else in this
+    // process owns it: it was placed by the worker at exec and no Rust object
+    // was created for it before this call, which happens once per fd.
+    Some(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Opens the single name `name` in the folder `dir` without following any
+/// symlink: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the
+/// kernel has it (5.6+), else `openat` with `O_NOFOLLOW` (equivalent for one
+/// component). `O_CLOEXEC` is always added.
+pub fn open_beneath(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    flags: nix::fcntl::OFlag,
+    mode: nix::sys::stat::Mode,
+) -> io::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let flags = flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    let how = OpenHow::new()
+        .flags(flags)
+        .mode(mode)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let raw = match nix::fcntl::openat2(dir.as_raw_fd(), name, how) {
+        Err(Errno::ENOSYS) => nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags, mode)?,
+        other => other?,
+    };
+    // SAFETY: the kernel just returned this fd to us and nothing else owns
+    // it; `OwnedFd` closes it exactly once.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
