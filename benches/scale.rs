@@ -17,7 +17,7 @@ use common::{bin, provision};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use tono_seal::drop::spawn::Launcher;
+use tono_seal::drop::Launcher;
 use tono_seal::turn::account;
 use tono_seal::user::TargetUser;
 

@@ -20,14 +20,18 @@
 
 pub mod classify;
 pub mod cli;
+pub mod contain;
 pub mod drop;
 pub mod env;
 pub mod fs;
 pub mod keys;
 pub mod launch;
+#[cfg(feature = "read-tool")]
+pub mod stay;
 pub mod sys;
 pub mod turn;
 pub mod user;
+pub mod verify;
 
 pub use drop::outcome::Outcome;
 pub use drop::run::{drop_and_run, DropRequest, RunOptions};

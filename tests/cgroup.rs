@@ -22,10 +22,10 @@ fn cgroup_of(out: &tono_seal::Outcome) -> String {
 /// the background removal of emptied ones has settled.
 fn cgroups_left(names: &[String]) -> Vec<String> {
     assert!(
-        tono_seal::drop::cgroup::settle(Duration::from_secs(5)),
+        tono_seal::contain::settle(Duration::from_secs(5)),
         "emptied cgroups are removed"
     );
-    let mounts = tono_seal::drop::cgroup::mounts();
+    let mounts = tono_seal::contain::mounts();
     let mut left = Vec::new();
     for base in [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]
         .into_iter()
@@ -201,7 +201,7 @@ fn the_user_cannot_leave_or_make_cgroups() {
 #[test]
 fn a_memory_hog_is_killed_by_its_own_limit_and_others_finish() {
     need_root!();
-    if tono_seal::drop::cgroup::mounts().v1_memory.is_none() {
+    if tono_seal::contain::mounts().v1_memory.is_none() {
         eprintln!("*** no v1 memory controller here: the RLIMIT_AS fallback is tested instead ***");
     }
     let (hog, other) = (TestUser::bare(), TestUser::bare());
@@ -299,7 +299,7 @@ fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
     );
     let dead = format!("call-{}-", worker.id());
     let of_dead = || -> Vec<String> {
-        let mounts = tono_seal::drop::cgroup::mounts();
+        let mounts = tono_seal::contain::mounts();
         [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]
             .into_iter()
             .flatten()

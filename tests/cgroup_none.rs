@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{limits_note, live_processes, rt, shell, TestUser};
-use tono_seal::drop::cgroup::{self, Mounts};
+use tono_seal::contain::{self as cgroup, Mounts};
 
 fn escapees(uid: u32, marker: &str) -> Vec<String> {
     live_processes(uid)

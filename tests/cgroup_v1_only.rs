@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{limits_note, live_processes, rt, shell, TestUser, ESCAPES};
-use tono_seal::drop::cgroup::{self, Mounts};
+use tono_seal::contain::{self as cgroup, Mounts};
 
 #[test]
 fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {

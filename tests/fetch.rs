@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tono_seal::classify::{Policy, ToolKind};
-use tono_seal::drop::fetch::{fetch, AddrResolver, FetchConfig, FetchError, Resolving};
+use tono_seal::stay::fetch::{fetch, AddrResolver, FetchConfig, FetchError, Resolving};
 
 struct FakeResolver(HashMap<&'static str, Vec<IpAddr>>);
 

@@ -13,7 +13,7 @@ use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::pool::POOL_SIZE;
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use tono_seal::drop::spawn::Launcher;
+use tono_seal::drop::Launcher;
 use tono_seal::user::TargetUser;
 use tono_seal::Outcome;
 
@@ -154,9 +154,9 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
     // it is left.
     tono_seal::drop::pool::drain();
     assert_eq!(waiting_launchers(), Vec::<u32>::new());
-    assert!(tono_seal::drop::cgroup::settle(Duration::from_secs(5)));
+    assert!(tono_seal::contain::settle(Duration::from_secs(5)));
     let mine = format!("call-{}-", std::process::id());
-    let v2 = tono_seal::drop::cgroup::mounts()
+    let v2 = tono_seal::contain::mounts()
         .v2
         .clone()
         .expect("a cgroup2 mount");

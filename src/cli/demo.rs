@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::exit::{self, CliError};
 use super::memscan;
-use crate::drop::spawn::Launcher;
+use crate::drop::Launcher;
 use crate::turn::account;
 use crate::user::{TargetUser, UserSpec};
 

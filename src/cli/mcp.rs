@@ -41,7 +41,7 @@ use super::exit::{self, CliError};
 use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use crate::drop::spawn::Launcher;
+use crate::drop::Launcher;
 use crate::env::RunEnv;
 use crate::user::TargetUser;
 

@@ -22,7 +22,8 @@ use serde_json::Value;
 use crate::classify::Policy;
 use crate::drop::outcome::Outcome;
 use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use crate::drop::spawn::{launch, Input, Launcher, Output};
+use crate::drop::spawn::{launch, Input, Output};
+use crate::drop::Launcher;
 use crate::env::{EnvConfig, Provider, RunEnv};
 use crate::launch::plan::{Action, KeysOp, LaunchPlan};
 use crate::launch::report::{LaunchError, Stage, StatusReport};
@@ -302,7 +303,7 @@ pub fn main(cli: Cli) -> i32 {
     if nix::unistd::geteuid().is_root() {
         // Calls of workers that were SIGKILLed: their cgroups still hold
         // whatever escaped; nothing else can end them.
-        let swept = crate::drop::cgroup::sweep_dead_workers(crate::drop::cgroup::mounts());
+        let swept = crate::contain::sweep_dead_workers(crate::contain::mounts());
         if swept > 0 {
             tracing::warn!(
                 swept,
@@ -343,7 +344,7 @@ pub fn main(cli: Cli) -> i32 {
     // background; let that finish before the process goes (a leftover
     // would wait for the next start's sweep).
     crate::drop::pool::drain();
-    crate::drop::cgroup::settle(crate::drop::cgroup::EMPTY_TIMEOUT);
+    crate::contain::settle(crate::contain::EMPTY_TIMEOUT);
     code
 }
 
@@ -626,7 +627,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     let [a_id, e_id, g_id] =
                         [&a, &e, &g].map(|u| TargetUser::resolve(u).map(|t| t.uid));
                     users.extend([a, e, g]);
-                    Some(crate::drop::probe::Roles {
+                    Some(crate::verify::Roles {
                         agent: a_id?,
                         executor: e_id?,
                         gate: g_id?,
@@ -691,10 +692,10 @@ async fn verify_command(
     tenant_secrets: PathBuf,
     protect: Vec<PathBuf>,
     mut code: Vec<PathBuf>,
-    roles: Option<crate::drop::probe::Roles>,
+    roles: Option<crate::verify::Roles>,
     json: bool,
 ) -> Result<i32, CliError> {
-    use crate::drop::probe::{verify, VerifyPlan};
+    use crate::verify::{verify, VerifyPlan};
     if !nix::unistd::geteuid().is_root() {
         return Err(CliError::usage(
             "verify runs probes as other users and must run as root",

@@ -9,12 +9,12 @@
 //! pipe; a call's processes are killed and reaped when it ends, its
 //! timeout fires, or its future is dropped.
 
-pub mod cgroup;
-#[cfg(feature = "read-tool")]
-pub mod fetch;
 pub mod outcome;
 pub mod pool;
-pub mod probe;
 pub mod run;
 pub mod spawn;
-pub mod sweep;
+pub mod start;
+
+pub use outcome::Outcome;
+pub use run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+pub use start::Launcher;

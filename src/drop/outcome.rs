@@ -50,7 +50,7 @@ pub struct Outcome {
     pub launch_error: Option<LaunchError>,
     /// The limits that were really in force (cgroup, pids, rlimits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<super::cgroup::AppliedLimits>,
+    pub limits: Option<crate::contain::AppliedLimits>,
     /// A built-in operation's result (file tools, key store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,

@@ -29,8 +29,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-use super::cgroup::{self, AppliedLimits, CallCgroup, UNASSIGNED};
-use super::spawn::{open_null, start, Started};
+use super::start::{open_null, start, Started};
+use crate::contain::{self, AppliedLimits, CallCgroup, UNASSIGNED};
 use crate::sys;
 
 /// How many launchers wait, per launcher path.
@@ -54,10 +54,10 @@ impl Ready {
         let null = open_null()?;
         let started = start(path, Some(&null), true)?;
         let made = CallCgroup::create(
-            cgroup::mounts(),
+            contain::mounts(),
             UNASSIGNED,
-            cgroup::DEFAULT_PIDS_MAX,
-            cgroup::DEFAULT_MEMORY_MAX,
+            contain::DEFAULT_PIDS_MAX,
+            contain::DEFAULT_MEMORY_MAX,
         );
         let placed = made.and_then(|(cg, limits)| match cg.enter(started.pid as u32) {
             Ok(()) => Ok((cg, limits)),
@@ -112,7 +112,7 @@ fn pool() -> &'static Pool {
 /// a cgroup with `limits` (`pids.max`, memory), if one is alive and the
 /// limits are the defaults it was made with.
 pub fn take(path: &Path, limits: (u64, u64)) -> Option<Ready> {
-    if limits != (cgroup::DEFAULT_PIDS_MAX, cgroup::DEFAULT_MEMORY_MAX) {
+    if limits != (contain::DEFAULT_PIDS_MAX, contain::DEFAULT_MEMORY_MAX) {
         return None;
     }
     let pool = pool();

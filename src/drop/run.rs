@@ -14,14 +14,15 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::cgroup::{self, AppliedLimits, CallCgroup};
 use super::outcome::Outcome;
-use super::spawn::{launch_tapped, Finished, Input, Launcher, Output, Setup, Tap};
+use super::spawn::{launch_tapped, Finished, Input, Output, Setup, Tap};
+use super::start::Launcher;
 use crate::classify::{classify_raw, Policy, ToolCall, ToolKind, Verdict, VerdictKind};
+use crate::contain::{self, AppliedLimits, CallCgroup};
 use crate::env::{EnvBuilder, RunEnv};
 use crate::keys::SecretName;
 use crate::launch::plan::{Action, ExecPlan, FileOp, LaunchPlan, Limits, SecretBinding};
-use crate::launch::report::{LaunchError, Stage};
+use crate::launch::report::{LaunchError, Stage, StatusReport};
 use crate::user::TargetUser;
 
 /// Default per-call timeout.
@@ -83,8 +84,8 @@ impl Default for RunOptions {
             output: Output::Capture(DEFAULT_MAX_OUTPUT),
             limits: Limits::default(),
             cgroup: true,
-            pids_max: super::cgroup::DEFAULT_PIDS_MAX,
-            memory_max: super::cgroup::DEFAULT_MEMORY_MAX,
+            pids_max: crate::contain::DEFAULT_PIDS_MAX,
+            memory_max: crate::contain::DEFAULT_MEMORY_MAX,
             env: RunEnv::default(),
         }
     }
@@ -404,7 +405,7 @@ pub(crate) async fn launch_as(
     tap: Option<Tap>,
 ) -> Result<(Finished, AppliedLimits), LaunchError> {
     let uid = user.uid;
-    if cgroup::is_dirty(uid) && !cgroup::cleanup(uid) {
+    if contain::is_dirty(uid) && !contain::cleanup(uid) {
         return Err(LaunchError::new(
             Stage::Spawn,
             "user_dirty",
@@ -412,8 +413,8 @@ pub(crate) async fn launch_as(
         ));
     }
     // No cgroup at all: the user's processes are swept after its last call.
-    let live = if options.cgroup && cgroup::untracked(cgroup::mounts()) {
-        Some(super::sweep::begin(uid).await)
+    let live = if options.cgroup && contain::untracked(contain::mounts()) {
+        Some(contain::sweep::begin(uid).await)
     } else {
         None
     };
@@ -431,7 +432,7 @@ pub(crate) async fn launch_as(
             (Some(cg), applied)
         } else if options.cgroup {
             let (cg, applied) =
-                CallCgroup::create(cgroup::mounts(), uid, options.pids_max, options.memory_max)
+                CallCgroup::create(contain::mounts(), uid, options.pids_max, options.memory_max)
                     .map_err(|e| {
                         LaunchError::new(
                             Stage::Spawn,
@@ -473,7 +474,7 @@ pub(crate) async fn launch_as(
     )
     .await;
     if let Some(live) = live {
-        let note = match live.end(launcher, user).await {
+        let note = match live.end(|| sweep_user(launcher, user)).await {
             Ok(0) => "no cgroup: the user's processes were swept after its last live call".into(),
             Ok(others) => format!(
                 "no cgroup: the sweep waits for the user's {others} other live call(s); \
@@ -490,10 +491,32 @@ pub(crate) async fn launch_as(
     Ok((done, applied))
 }
 
+/// Has the launcher, as `user`, kill every process of the user.
+async fn sweep_user(launcher: &Launcher, user: &TargetUser) -> Result<(), String> {
+    let plan = LaunchPlan::for_user(user, Action::Sweep);
+    let done = launch_tapped(
+        launcher,
+        plan,
+        Input::Null,
+        Output::Capture(4096),
+        contain::sweep::SWEEP_TIMEOUT,
+        None,
+        None,
+    )
+    .await
+    .map_err(|e| format!("the sweep did not start: {e}"))?;
+    match done.report {
+        StatusReport::Done(_) => Ok(()),
+        other => Err(format!("the sweep failed: {other:?}")),
+    }
+}
+
 /// Runs a `Stay` read inside the worker (no launch, no user).
 #[cfg(feature = "read-tool")]
 async fn stay_read(verdict: &Verdict, call: &ToolCall, req: &DropRequest<'_>) -> Outcome {
-    use super::fetch::{fetch, FetchConfig, SystemResolver};
+    use crate::stay::fetch::{
+        fetch, FetchConfig, SystemResolver, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT,
+    };
     let tool = Some(call.tool.clone());
     // The classifier has checked these shapes; re-read them, never trust.
     let url = call
@@ -515,9 +538,9 @@ async fn stay_read(verdict: &Verdict, call: &ToolCall, req: &DropRequest<'_>) ->
     let config = FetchConfig {
         max_body: match req.options.output {
             Output::Capture(cap) => cap,
-            Output::Inherit => super::fetch::DEFAULT_MAX_BODY,
+            Output::Inherit => DEFAULT_MAX_BODY,
         },
-        timeout: req.options.timeout.min(super::fetch::DEFAULT_TIMEOUT),
+        timeout: req.options.timeout.min(DEFAULT_TIMEOUT),
         ..FetchConfig::default()
     };
     let started = std::time::Instant::now();

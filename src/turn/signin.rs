@@ -26,10 +26,11 @@ use tokio::task::JoinHandle;
 
 use super::run_as::{RunAs, RunKind};
 use crate::classify::Verdict;
-use crate::drop::cgroup::AppliedLimits;
+use crate::contain::AppliedLimits;
 use crate::drop::outcome::Outcome;
 use crate::drop::run::{launch_as, outcome_of, RunOptions};
-use crate::drop::spawn::{Finished, Input, Launcher, Output, Stream};
+use crate::drop::spawn::{Finished, Input, Output, Stream};
+use crate::drop::Launcher;
 use crate::env::provider::{Provider, ProviderSpec};
 use crate::env::{EnvBuilder, EnvConfig, RunEnv};
 use crate::launch::plan::{Action, ExecPlan};

@@ -25,7 +25,8 @@ use nix::unistd::{Gid, Uid};
 
 use super::state::{Handover, StateError, WorkerState};
 use crate::drop::run::{launch_as, RunOptions};
-use crate::drop::spawn::{Launcher, Output};
+use crate::drop::spawn::Output;
+use crate::drop::Launcher;
 use crate::fs::root_dir::{Component, RootDir, RootDirError};
 use crate::launch::plan::{Action, FileOp};
 use crate::launch::report::{LaunchError, StatusReport};

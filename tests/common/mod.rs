@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
-use tono_seal::drop::spawn::Launcher;
+use tono_seal::drop::Launcher;
 use tono_seal::turn::account;
 use tono_seal::user::{TargetUser, UserSpec};
 

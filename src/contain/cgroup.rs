@@ -4,7 +4,7 @@
 //! where the v1 `pids`/`memory` controllers are mounted, their `tono/`), one
 //! child cgroup per call; the launcher enters it while still root, before
 //! the drop, or the worker moves a waiting launcher into it (its unreaped
-//! child, see [`super::pool`]). The cgroup files stay root's, so the user
+//! child, see [`crate::drop::pool`]). The cgroup files stay root's, so the user
 //! cannot move itself out. When the call ends the worker writes `1` to
 //! `cgroup.kill`, waits (bounded) for `populated 0`, and then removes the
 //! cgroup on a background thread. A cgroup that cannot
@@ -28,7 +28,7 @@
 //! back to the weaker per-user sweep of [`super::sweep`].
 //!
 //! A worker that is SIGKILLed cannot clean up; its cgroups carry its pid in
-//! their name (`call-<pid>-<n>`), and [`sweep_dead_workers`], run when
+//! their name (`call-<pid>-<n>`), and [`super::dead_workers`], run when
 //! a worker starts, kills and removes those whose worker no longer runs.
 #![forbid(unsafe_code)]
 
@@ -41,129 +41,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use super::limits::{AppliedLimits, Counters};
+use super::mounts::{untracked, Mounts};
 
 /// The folder name of the worker's own cgroup bases.
 pub const BASE_NAME: &str = "tono";
-/// Default `pids.max` of one call.
-pub const DEFAULT_PIDS_MAX: u64 = 256;
-/// Default memory limit of one call (cgroup memory, else `RLIMIT_AS`).
-pub const DEFAULT_MEMORY_MAX: u64 = 2 << 30;
 /// How long the worker waits for a killed cgroup to empty.
 pub const EMPTY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The limits that were really in force for a call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AppliedLimits {
-    /// The name of the call's own cgroup (`call-<worker pid>-<n>`, the same
-    /// in every hierarchy), if it had one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<String>,
-    /// The call ran in its own cgroup v2 (killed as a whole at the end).
-    pub cgroup_v2: bool,
-    /// `pids.max`, and by which controller.
-    pub pids_max: Option<(u64, String)>,
-    /// `RLIMIT_NPROC` (processes of the uid, across calls).
-    pub rlimit_nproc: u64,
-    /// `RLIMIT_NOFILE`.
-    pub rlimit_nofile: u64,
-    /// Why the call's cgroup could not be emptied and removed; the user is
-    /// then dirty until a cleanup succeeds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cleanup_error: Option<String>,
-    /// How many times a fork in the call hit `pids.max`.
-    #[serde(default)]
-    pub pids_max_hits: u64,
-    /// The memory limit in bytes, and by what (`cgroup v1 memory` or
-    /// `RLIMIT_AS`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_max: Option<(u64, String)>,
-    /// How many processes of the call the memory limit OOM-killed.
-    #[serde(default)]
-    pub oom_kills: u64,
-    /// The fallback used when there is no cgroup v2 (the v1 cgroups killed
-    /// through pidfds, or the per-user sweep), said so it is never assumed.
-    pub note: Option<String>,
-}
-
-/// Where the cgroup hierarchies are mounted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mounts {
-    /// The cgroup2 mount.
-    pub v2: Option<PathBuf>,
-    /// The cgroup v1 mount carrying the `pids` controller.
-    pub v1_pids: Option<PathBuf>,
-    /// The worker's own cgroup in the v1 `memory` hierarchy (mount point
-    /// joined with the path in `/proc/self/cgroup`).
-    pub v1_memory: Option<PathBuf>,
-}
-
-impl Mounts {
-    /// Reads `/proc/self/mountinfo` and `/proc/self/cgroup`.
-    pub fn detect() -> Self {
-        let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        Self::parse(&text, &own)
-    }
-
-    /// Parses mountinfo text and this process's cgroup list.
-    pub fn parse(text: &str, own_cgroups: &str) -> Self {
-        let mut mounts = Self {
-            v2: None,
-            v1_pids: None,
-            v1_memory: None,
-        };
-        for line in text.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let Some(point) = left.split_whitespace().nth(4) else {
-                continue;
-            };
-            let mut r = right.split_whitespace();
-            let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
-            match fstype {
-                Some("cgroup2") if mounts.v2.is_none() => mounts.v2 = Some(PathBuf::from(point)),
-                Some("cgroup") if options.split(',').any(|o| o == "pids") => {
-                    mounts.v1_pids = Some(PathBuf::from(point))
-                }
-                Some("cgroup") if options.split(',').any(|o| o == "memory") => {
-                    // Only a mount of the hierarchy's root says where our own
-                    // cgroup is; a mount of a sub-tree is left alone.
-                    let root = left.split_whitespace().nth(3);
-                    let own = own_cgroups.lines().find_map(|l| {
-                        let mut f = l.splitn(3, ':');
-                        let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
-                        controllers
-                            .split(',')
-                            .any(|c| c == "memory")
-                            .then_some(path)
-                    });
-                    if let (Some("/"), Some(own)) = (root, own) {
-                        let own = own.trim_start_matches('/');
-                        let valid = !own.split('/').any(|c| c == ".." || c == ".");
-                        if valid {
-                            mounts.v1_memory = Some(PathBuf::from(point).join(own));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        mounts
-    }
-}
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 /// The uid of a cgroup made ahead of need, before [`CallCgroup::assign`].
 pub const UNASSIGNED: u32 = u32::MAX;
 static LEFTOVER: Mutex<Vec<CallCgroup>> = Mutex::new(Vec::new());
-static MOUNTS: std::sync::OnceLock<Mounts> = std::sync::OnceLock::new();
-
-/// The mounts, read once per process (they do not move under a worker).
-pub fn mounts() -> &'static Mounts {
-    MOUNTS.get_or_init(Mounts::detect)
-}
 
 /// Retries the removal of `uid`'s leftover cgroups; true when none is left.
 pub fn cleanup(uid: u32) -> bool {
@@ -355,6 +244,24 @@ impl CallCgroup {
         ))
     }
 
+    /// A call cgroup found under the bases by `name` (one of a worker that
+    /// no longer runs: whose call it was is not in the name).
+    pub(super) fn found(mounts: &Mounts, name: &str) -> Self {
+        let at = |m: &Option<PathBuf>| {
+            m.as_ref()
+                .map(|m| m.join(BASE_NAME).join(name))
+                .filter(|d| d.is_dir())
+        };
+        Self {
+            v2: at(&mounts.v2),
+            pids: at(&mounts.v1_pids),
+            memory: at(&mounts.v1_memory),
+            v2_pids: false,
+            v2_memory: false,
+            uid: UNASSIGNED,
+        }
+    }
+
     /// Gives the cgroup to a call of `uid` (made ahead of need, it had none):
     /// a failure to empty it marks that user dirty.
     pub fn assign(&mut self, uid: u32) {
@@ -430,7 +337,7 @@ impl CallCgroup {
             .map_or(0, |dir| counter(&dir.join("pids.events"), "max"))
     }
 
-    fn kill_and_remove(&self) -> Result<(), String> {
+    pub(super) fn kill_and_remove(&self) -> Result<(), String> {
         self.kill_all()?;
         self.remove()
     }
@@ -588,112 +495,9 @@ fn kill_v1(dir: &Path, deadline: Instant) -> Result<(), String> {
     }
 }
 
-/// Uses `mounts` instead of the detected ones, for the rest of the process
-/// (a worker told to leave a hierarchy alone; tests of hosts without cgroup
-/// v2). False when the mounts were already in use.
-pub fn use_mounts(mounts: Mounts) -> bool {
-    MOUNTS.set(mounts).is_ok()
-}
-
-/// Whether a call with cgroups asked for is tracked by none: no v2 and no
-/// v1 pids or memory hierarchy. Such calls get the per-user sweep.
-pub fn untracked(mounts: &Mounts) -> bool {
-    mounts.v2.is_none() && mounts.v1_pids.is_none() && mounts.v1_memory.is_none()
-}
-
-/// What a call's cgroups counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Forks refused by `pids.max`.
-    pub pids_max_hits: u64,
-    /// Processes killed by the memory limit.
-    pub oom_kills: u64,
-}
-
-/// The worker pid a call cgroup's name carries, if it is one of ours:
-/// `call-<pid>-<n>`, or `call-<pid>-<uid>-<n>` as earlier versions named
-/// them.
-fn worker_of(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("call-")?;
-    let parts: Vec<&str> = rest.split('-').collect();
-    let numbers = |p: &[&str]| p.iter().all(|n| n.parse::<u64>().is_ok());
-    match parts.as_slice() {
-        [pid, n] if numbers(&[n]) => pid.parse().ok(),
-        [pid, uid, n] if uid.parse::<u32>().is_ok() && numbers(&[n]) => pid.parse().ok(),
-        _ => None,
-    }
-}
-
-/// Kills and removes the call cgroups of workers that no longer run (a
-/// worker that was SIGKILLed could not). Returns how many were removed.
-pub fn sweep_dead_workers(mounts: &Mounts) -> usize {
-    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
-    let mut removed = 0;
-    let bases = [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory];
-    let mut stale: Vec<(String, u32)> = Vec::new();
-    for base in bases.into_iter().flatten() {
-        let Ok(entries) = fs::read_dir(base.join(BASE_NAME)) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = worker_of(&name) {
-                if pid != std::process::id()
-                    && !alive(pid)
-                    && !stale.iter().any(|(n, _)| *n == name)
-                {
-                    stale.push((name, pid));
-                }
-            }
-        }
-    }
-    for (name, _) in stale {
-        let at = |m: &Option<PathBuf>| {
-            m.as_ref()
-                .map(|m| m.join(BASE_NAME).join(&name))
-                .filter(|d| d.is_dir())
-        };
-        // Whose call it was is not in the name; the worker is gone.
-        let uid = UNASSIGNED;
-        let cg = CallCgroup {
-            v2: at(&mounts.v2),
-            pids: at(&mounts.v1_pids),
-            memory: at(&mounts.v1_memory),
-            v2_pids: false,
-            v2_memory: false,
-            uid,
-        };
-        match cg.kill_and_remove() {
-            Ok(()) => removed += 1,
-            Err(e) => {
-                tracing::warn!(cgroup = %name, error = %e, "a dead worker's cgroup could not be removed")
-            }
-        }
-    }
-    removed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finds_hybrid_mounts() {
-        let text = "30 25 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n\
-                    35 25 0:31 / /sys/fs/cgroup/pids rw,nosuid shared:14 - cgroup cgroup rw,pids\n\
-                    36 25 0:32 / /sys/fs/cgroup/memory rw shared:15 - cgroup cgroup rw,memory\n";
-        let own = "8:pids:/\n4:memory:/process_api/abc\n0::/\n";
-        let m = Mounts::parse(text, own);
-        assert_eq!(m.v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
-        assert_eq!(m.v1_pids.as_deref(), Some(Path::new("/sys/fs/cgroup/pids")));
-        assert_eq!(
-            m.v1_memory.as_deref(),
-            Some(Path::new("/sys/fs/cgroup/memory/process_api/abc"))
-        );
-        // A memory path that climbs is never used.
-        let m = Mounts::parse(text, "4:memory:/../etc\n");
-        assert_eq!(m.v1_memory, None);
-    }
 
     #[test]
     fn counters_read_flat_keyed_files() {
@@ -715,25 +519,5 @@ mod tests {
         assert_eq!(counter(&events, "absent"), 0);
         assert_eq!(counter(&dir.join("missing"), "max"), 0);
         fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn only_our_call_names_carry_a_worker() {
-        assert_eq!(worker_of("call-123-7"), Some(123));
-        assert_eq!(
-            worker_of("call-123-61000-7"),
-            Some(123),
-            "the earlier naming"
-        );
-        for bad in [
-            "call-123",
-            "call-123-x",
-            "call-x-1-2",
-            "other-1-2-3",
-            "call-1-2-3-4",
-            "call-1--2",
-        ] {
-            assert_eq!(worker_of(bad), None, "{bad}");
-        }
     }
 }

@@ -22,11 +22,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::spawn::{launch_tapped, Input, Launcher, Output};
-use crate::launch::plan::{Action, LaunchPlan};
-use crate::launch::report::StatusReport;
-use crate::user::TargetUser;
-
 /// How long a sweep may take.
 pub const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -81,10 +76,15 @@ pub async fn begin(uid: u32) -> LiveCall {
 }
 
 impl LiveCall {
-    /// Counts the call out; if it was the user's last, sweeps the user and
-    /// returns what the sweep said (`Ok` with the number of other live
-    /// calls when it did not run).
-    pub async fn end(mut self, launcher: &Launcher, user: &TargetUser) -> Result<usize, String> {
+    /// Counts the call out; if it was the user's last, runs `sweep` (which
+    /// has the launcher, as the user, kill every process of the uid) while
+    /// new calls of the user wait, and returns what it said (`Ok` with the
+    /// number of other live calls when it did not run).
+    pub async fn end<F, Fut>(mut self, sweep_user: F) -> Result<usize, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
         self.counted = false;
         let sweep = with_user(self.uid, |calls| {
             calls.live -= 1;
@@ -99,7 +99,7 @@ impl LiveCall {
             Ok(notify) => notify,
             Err(others) => return Ok(others),
         };
-        let result = sweep_user(launcher, user).await;
+        let result = sweep_user().await;
         with_user(self.uid, |calls| calls.sweeping = None);
         notify.notify_waiters();
         result.map(|()| 0)
@@ -111,25 +111,5 @@ impl Drop for LiveCall {
         if self.counted {
             with_user(self.uid, |calls| calls.live -= 1);
         }
-    }
-}
-
-/// Has the launcher, as `user`, kill every process of the user.
-async fn sweep_user(launcher: &Launcher, user: &TargetUser) -> Result<(), String> {
-    let plan = LaunchPlan::for_user(user, Action::Sweep);
-    let done = launch_tapped(
-        launcher,
-        plan,
-        Input::Null,
-        Output::Capture(4096),
-        SWEEP_TIMEOUT,
-        None,
-        None,
-    )
-    .await
-    .map_err(|e| format!("the sweep did not start: {e}"))?;
-    match done.report {
-        StatusReport::Done(_) => Ok(()),
-        other => Err(format!("the sweep failed: {other:?}")),
     }
 }

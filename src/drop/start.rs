@@ -1,0 +1,122 @@
+//! Starting `tono-launch`: where the binary is ([`Launcher`]) and one
+//! started launcher with the worker's ends of its pipes ([`Started`]).
+//!
+//! Guarantees: the launcher starts through [`crate::sys::spawn_launcher`]
+//! (`posix_spawn`: no code of ours runs in the child) with an empty
+//! environment, its plan pipe on fd 3 and status pipe on fd 4, stdio from
+//! the fds given, and no other fd of the worker's; a [`Started`] that will
+//! get no plan is killed and reaped (`Started::end`), never left behind.
+#![forbid(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::sys;
+
+/// Where the launcher binary is.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    path: PathBuf,
+    /// Calls of the pooled shape may take a launcher started ahead of need.
+    pub(super) pooled: bool,
+}
+
+impl Launcher {
+    /// The launcher at `path`. Calls with stdin `/dev/null` and captured
+    /// output take one already started ([`super::pool`], filled by [`start`]).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            pooled: true,
+        }
+    }
+
+    /// The same launcher, started afresh for every call (no pool).
+    pub fn without_pool(mut self) -> Self {
+        self.pooled = false;
+        self
+    }
+
+    /// `tono-launch` in the same folder as the running program: how an
+    /// installed `tono-seal` finds it.
+    pub fn beside_current_exe() -> io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let dir = exe
+            .parent()
+            .ok_or_else(|| io::Error::other("the program has no folder"))?;
+        Ok(Self::at(dir.join("tono-launch")))
+    }
+
+    /// The launcher's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A started launcher and the worker's ends of its pipes.
+#[derive(Debug)]
+pub struct Started {
+    /// The launcher's pid, an unreaped child of the worker.
+    pub pid: libc::pid_t,
+    /// Where its plan is written.
+    pub plan: OwnedFd,
+    /// Where its status comes from.
+    pub status: OwnedFd,
+    /// Its stdout, when captured.
+    pub stdout: Option<OwnedFd>,
+    /// Its stderr, when captured.
+    pub stderr: Option<OwnedFd>,
+}
+
+impl Started {
+    /// Kills and reaps a launcher that will get no plan.
+    pub(crate) fn end(self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = sys::reap(self.pid);
+    }
+}
+
+/// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
+/// and stdout/stderr into fresh pipes when `capture`, else the worker's.
+pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    let (plan_r, plan_w) = sys::pipe_above_status()?;
+    let (status_r, status_w) = sys::pipe_above_status()?;
+    let (out, err) = if capture {
+        (
+            Some(sys::pipe_above_status()?),
+            Some(sys::pipe_above_status()?),
+        )
+    } else {
+        (None, None)
+    };
+    fn from(fd: Option<&OwnedFd>) -> sys::StdioFrom<'_> {
+        fd.map_or(sys::StdioFrom::Inherit, |fd| sys::StdioFrom::Fd(fd.as_fd()))
+    }
+    let stdio = [
+        from(stdin),
+        from(out.as_ref().map(|(_, w)| w)),
+        from(err.as_ref().map(|(_, w)| w)),
+    ];
+    let pid = sys::spawn_launcher(&c_path, stdio, plan_r.as_fd(), status_w.as_fd())?;
+    // The child has its copies; the worker keeps only its own ends.
+    Ok(Started {
+        pid,
+        plan: plan_w,
+        status: status_r,
+        stdout: out.map(|(r, _)| r),
+        stderr: err.map(|(r, _)| r),
+    })
+}
+
+/// `/dev/null` for reading, CLOEXEC, above the launch fds.
+pub fn open_null() -> io::Result<OwnedFd> {
+    let null: OwnedFd = std::fs::File::open("/dev/null")?.into();
+    sys::dup_above(&null)
+}

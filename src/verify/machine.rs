@@ -1,0 +1,138 @@
+//! Facts about the machine, read by root from root-owned files only (user
+//! namespaces, `/proc` mount options, shared groups or uids, writable
+//! code): never from a path inside a home.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+
+use super::probe::{fact, Probe, VerifyPlan};
+
+/// Facts read by root from root-owned files.
+pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
+    let mut out = Vec::new();
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let identity = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    out.push(fact(
+        "the uid map is the identity (not a user namespace)",
+        if identity {
+            "0 0 4294967295".to_string()
+        } else {
+            format!("uid_map is {:?}: uids here are cosmetic", map.trim())
+        },
+        identity,
+    ));
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let hidepid = mountinfo
+        .lines()
+        .filter(|l| l.split_whitespace().nth(4) == Some("/proc"))
+        .any(|l| l.contains("hidepid=") && !l.contains("hidepid=0") && !l.contains("hidepid=off"));
+    out.push(fact(
+        "/proc is mounted without hidepid (the evidence is visible)",
+        if hidepid {
+            "hidepid is set"
+        } else {
+            "no hidepid"
+        },
+        !hidepid,
+    ));
+    let uids: Vec<u32> = plan.users.iter().map(|u| u.uid).collect();
+    let unique: BTreeSet<u32> = uids.iter().copied().collect();
+    out.push(fact(
+        "no two probed users share a uid",
+        format!("uids {uids:?}"),
+        unique.len() == uids.len(),
+    ));
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    for a in &plan.users {
+        for b in &plan.users {
+            if a.uid == b.uid {
+                continue;
+            }
+            let shares = a.gid == b.gid
+                || groups.lines().any(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    f.len() == 4
+                        && f[2].parse() == Ok(b.gid)
+                        && f[3].split(',').any(|m| m == a.name)
+                });
+            out.push(fact(
+                format!("{} is not in {}'s group", a.name, b.name),
+                if shares {
+                    format!("{} is a member of gid {}", a.name, b.gid)
+                } else {
+                    "no shared group".into()
+                },
+                !shares,
+            ));
+        }
+    }
+    let mounts = crate::contain::mounts();
+    out.push(fact(
+        "no process outlives its call",
+        match &mounts.v2 {
+            Some(m) => format!("each call in its own cgroup v2 under {}, killed as a whole when it ends", m.display()),
+            None if !crate::contain::untracked(mounts) => {
+                "no cgroup v2: each call in its own v1 cgroups; what is left in them when it ends is killed through pidfds".into()
+            }
+            None => "weaker, no cgroup at all: a per-user sweep (kill(-1) as the user) after the user's last live call; \
+                     a process that left its call lives until then, and the user's other processes die with it"
+                .into(),
+        },
+        true,
+    ));
+    // Controllers the v2 root passes down can be enabled for our base.
+    let delegated = |name: &str| {
+        mounts.v2.as_ref().is_some_and(|m| {
+            std::fs::read_to_string(m.join("cgroup.subtree_control"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .any(|c| c == name)
+        })
+    };
+    out.push(fact(
+        "limits in force for a call",
+        format!(
+            "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory {} bytes ({})",
+            if delegated("pids") {
+                crate::contain::DEFAULT_PIDS_MAX.to_string() + " (cgroup v2 pids)"
+            } else if mounts.v1_pids.is_some() {
+                crate::contain::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)"
+            } else {
+                "not applied".into()
+            },
+            crate::launch::plan::DEFAULT_NPROC,
+            crate::launch::plan::DEFAULT_NOFILE,
+            crate::contain::DEFAULT_MEMORY_MAX,
+            if delegated("memory") {
+                "cgroup v2 memory, OOM-killed inside the call"
+            } else if mounts.v1_memory.is_some() {
+                "cgroup v1 memory, OOM-killed inside the call"
+            } else {
+                "RLIMIT_AS: allocations past it fail"
+            },
+        ),
+        true,
+    ));
+    for path in &plan.code {
+        match std::fs::metadata(path) {
+            Ok(m) => {
+                let ok = m.uid() == 0 && m.mode() & 0o022 == 0;
+                out.push(fact(
+                    format!(
+                        "{} is root-owned and not group/other writable",
+                        path.display()
+                    ),
+                    format!("owner {} mode {:04o}", m.uid(), m.mode() & 0o7777),
+                    ok,
+                ));
+            }
+            Err(e) => out.push(fact(
+                format!("{} exists", path.display()),
+                e.to_string(),
+                false,
+            )),
+        }
+    }
+    out
+}
