@@ -16,8 +16,8 @@ mod common;
 use common::{bin, provision};
 use serde_json::json;
 use tono_seal::classify::Policy;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::Launcher;
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::turn::account;
 use tono_seal::user::TargetUser;
 

@@ -33,5 +33,5 @@ pub mod turn;
 pub mod user;
 pub mod verify;
 
-pub use drop::outcome::Outcome;
-pub use drop::run::{drop_and_run, DropRequest, RunOptions};
+pub use drop::Outcome;
+pub use drop::{drop_and_run, DropRequest, RunOptions};

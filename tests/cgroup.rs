@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{launcher, live_processes, rt, shell, TestUser, ESCAPES};
 use serde_json::json;
 use tono_seal::classify::Policy;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions};
 
 /// The call cgroup an outcome names.
 fn cgroup_of(out: &tono_seal::Outcome) -> String {

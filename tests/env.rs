@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::{launcher, rt, stderr, tono, tono_env, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::env::{EnvConfig, RunEnv, TurnCredential};
 use tono_seal::Outcome;
 

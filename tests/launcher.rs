@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{launcher, rt, sha256_hex, stderr, stdout, tono, tono_env, TestUser};
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::env::{EnvConfig, RunEnv, TurnCredential};
 use tono_seal::user::TargetUser;
 use tono_seal::Outcome;

@@ -12,8 +12,8 @@ use common::{launcher, rt, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
 use tono_seal::drop::pool::POOL_SIZE;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::drop::Launcher;
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use tono_seal::user::TargetUser;
 use tono_seal::Outcome;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{launcher, rt, tono, TestUser};
 use serde_json::json;
 use tono_seal::classify::Policy;
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::env::provider::Provider;
 use tono_seal::fs::root_dir::{Component, RootDir};
 use tono_seal::turn::account::{self, AccountError};

@@ -40,8 +40,8 @@ use tokio::sync::watch;
 use super::exit::{self, CliError};
 use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
-use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::Launcher;
+use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::env::RunEnv;
 use crate::user::TargetUser;
 

@@ -21,9 +21,9 @@ use serde_json::Value;
 
 use crate::classify::Policy;
 use crate::drop::outcome::Outcome;
-use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::spawn::{launch, Input, Output};
 use crate::drop::Launcher;
+use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::env::{EnvConfig, Provider, RunEnv};
 use crate::launch::plan::{Action, KeysOp, LaunchPlan};
 use crate::launch::report::{LaunchError, Stage, StatusReport};

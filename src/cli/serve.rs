@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::exit::{self, CliError};
 use crate::classify::{Policy, MAX_CALL_BYTES};
-use crate::drop::run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::drop::Launcher;
+use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::user::TargetUser;
 
 /// The longest request line read.

@@ -9,12 +9,16 @@
 //! pipe; a call's processes are killed and reaped when it ends, its
 //! timeout fires, or its future is dropped.
 
+pub mod action;
+pub mod launch_as;
 pub mod outcome;
 pub mod pool;
+pub mod request;
 pub mod run;
 pub mod spawn;
 pub mod start;
 
 pub use outcome::Outcome;
-pub use run::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+pub use request::{DropRequest, RunOptions, SecretGrant};
+pub use run::drop_and_run;
 pub use start::Launcher;

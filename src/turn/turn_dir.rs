@@ -24,9 +24,10 @@ use std::time::Duration;
 use nix::unistd::{Gid, Uid};
 
 use super::state::{Handover, StateError, WorkerState};
-use crate::drop::run::{launch_as, RunOptions};
+use crate::drop::launch_as::launch_as;
 use crate::drop::spawn::Output;
 use crate::drop::Launcher;
+use crate::drop::RunOptions;
 use crate::fs::root_dir::{Component, RootDir, RootDirError};
 use crate::launch::plan::{Action, FileOp};
 use crate::launch::report::{LaunchError, StatusReport};

@@ -12,8 +12,8 @@ use serde_json::json;
 use super::machine::machine_facts;
 use super::probe::{Expect, Probe, VerifyPlan};
 use crate::classify::Policy;
-use crate::drop::run::{drop_and_run, DropRequest, RunOptions};
 use crate::drop::Launcher;
+use crate::drop::{drop_and_run, DropRequest, RunOptions};
 use crate::user::TargetUser;
 
 fn q(path: &std::path::Path) -> String {

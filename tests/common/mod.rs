@@ -9,8 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tono_seal::drop::run::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::drop::Launcher;
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions};
 use tono_seal::turn::account;
 use tono_seal::user::{TargetUser, UserSpec};
 

@@ -1,0 +1,158 @@
+//! The one path by which the worker starts anything for a user (tool calls
+//! and provider programs alike): a launch inside the call's containment.
+//!
+//! Guarantees: no call of a user starts while an earlier call of theirs
+//! left processes that could not be killed (the user is dirty); a call runs
+//! in a cgroup of its own when the options ask for one (made while a fresh
+//! launcher loads, or the one a pooled launcher waits in); where the host
+//! has no cgroup at all the user is swept, as the user, after their last
+//! live call; and the [`AppliedLimits`] returned say what was really in
+//! force.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use super::outcome::Outcome;
+use super::request::RunOptions;
+use super::spawn::{launch_tapped, Finished, Input, Output, Setup, Tap};
+use super::start::Launcher;
+use crate::classify::Verdict;
+use crate::contain::{self, AppliedLimits, CallCgroup};
+use crate::launch::plan::{Action, LaunchPlan};
+use crate::launch::report::{LaunchError, Stage, StatusReport};
+use crate::user::TargetUser;
+
+/// The [`Outcome`] of what [`launch_as`] returned.
+pub(crate) fn outcome_of(
+    verdict: &Verdict,
+    tool: Option<String>,
+    user: &TargetUser,
+    launched: Result<(Finished, AppliedLimits), LaunchError>,
+) -> Outcome {
+    match launched {
+        Ok((done, applied)) => {
+            let mut outcome = Outcome::from_finished(verdict, tool, (&user.name, user.uid), done);
+            outcome.limits = Some(applied);
+            outcome
+        }
+        Err(error) => Outcome::not_run(verdict, tool, Some(error)),
+    }
+}
+
+/// Runs `action` as `user` through the launcher, in a cgroup of its own
+/// when the options ask for one: the one path by which the worker starts
+/// anything for a user (tool calls and provider programs alike).
+pub(crate) async fn launch_as(
+    launcher: &Launcher,
+    user: &TargetUser,
+    action: Action,
+    options: &RunOptions,
+    timeout: Duration,
+    tap: Option<Tap>,
+) -> Result<(Finished, AppliedLimits), LaunchError> {
+    let uid = user.uid;
+    if contain::is_dirty(uid) && !contain::cleanup(uid) {
+        return Err(LaunchError::new(
+            Stage::Spawn,
+            "user_dirty",
+            "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
+        ));
+    }
+    // No cgroup at all: the user's processes are swept after its last call.
+    let live = if options.cgroup && contain::untracked(contain::mounts()) {
+        Some(contain::sweep::begin(uid).await)
+    } else {
+        None
+    };
+    let mut applied = AppliedLimits::default();
+    let plan = LaunchPlan {
+        limits: options.limits,
+        ..LaunchPlan::for_user(user, action)
+    };
+    let applied_out = &mut applied;
+    let prepare = move |plan: &mut LaunchPlan, placed: Option<(CallCgroup, AppliedLimits)>| {
+        // A pooled launcher already waits in a cgroup of its own.
+        let entered = placed.is_some();
+        let (call_cgroup, mut applied) = if let Some((mut cg, applied)) = placed {
+            cg.assign(uid);
+            (Some(cg), applied)
+        } else if options.cgroup {
+            let (cg, applied) =
+                CallCgroup::create(contain::mounts(), uid, options.pids_max, options.memory_max)
+                    .map_err(|e| {
+                        LaunchError::new(
+                            Stage::Spawn,
+                            "cgroup_create_failed",
+                            format!("creating the call's cgroup: {e}"),
+                        )
+                    })?;
+            (Some(cg), applied)
+        } else {
+            (None, AppliedLimits::default())
+        };
+        applied.rlimit_nproc = options.limits.nproc;
+        applied.rlimit_nofile = options.limits.nofile;
+        if applied.memory_max.is_none() {
+            // No memory cgroup: the address-space limit is what is left.
+            plan.limits.address_space = Some(options.memory_max);
+            applied.memory_max = Some((options.memory_max, "RLIMIT_AS".into()));
+        }
+        plan.cgroups = match &call_cgroup {
+            Some(cg) if !entered => cg.procs_files(),
+            _ => Vec::new(),
+        };
+        *applied_out = applied;
+        Ok(call_cgroup)
+    };
+    let done = launch_tapped(
+        launcher,
+        plan,
+        options.input,
+        options.output,
+        timeout,
+        Some(Setup {
+            cgroup_limits: options
+                .cgroup
+                .then_some((options.pids_max, options.memory_max)),
+            prepare: Box::new(prepare),
+        }),
+        tap,
+    )
+    .await;
+    if let Some(live) = live {
+        let note = match live.end(|| sweep_user(launcher, user)).await {
+            Ok(0) => "no cgroup: the user's processes were swept after its last live call".into(),
+            Ok(others) => format!(
+                "no cgroup: the sweep waits for the user's {others} other live call(s); \
+                 a process that left this call's process group lives until then"
+            ),
+            Err(e) => e,
+        };
+        applied.note = Some(note);
+    }
+    let done = done?;
+    applied.pids_max_hits = done.counters.pids_max_hits;
+    applied.oom_kills = done.counters.oom_kills;
+    applied.cleanup_error = done.cgroup_error.clone();
+    Ok((done, applied))
+}
+
+/// Has the launcher, as `user`, kill every process of the user.
+async fn sweep_user(launcher: &Launcher, user: &TargetUser) -> Result<(), String> {
+    let plan = LaunchPlan::for_user(user, Action::Sweep);
+    let done = launch_tapped(
+        launcher,
+        plan,
+        Input::Null,
+        Output::Capture(4096),
+        contain::sweep::SWEEP_TIMEOUT,
+        None,
+        None,
+    )
+    .await
+    .map_err(|e| format!("the sweep did not start: {e}"))?;
+    match done.report {
+        StatusReport::Done(_) => Ok(()),
+        other => Err(format!("the sweep failed: {other:?}")),
+    }
+}

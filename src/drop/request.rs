@@ -1,0 +1,97 @@
+//! One tool call as the worker asks for it ([`DropRequest`]), the options
+//! it runs with ([`RunOptions`]), and the secrets its turn grants
+//! ([`SecretGrant`]).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use super::spawn::{Input, Output};
+use super::start::Launcher;
+use crate::classify::Policy;
+use crate::env::RunEnv;
+use crate::keys::SecretName;
+use crate::launch::plan::Limits;
+use crate::user::TargetUser;
+
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default cap on each of stdout and stderr.
+pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
+/// Default cap on what `read_file` returns.
+pub const DEFAULT_READ_MAX: u64 = 1024 * 1024;
+
+/// A secret the turn allows, and the variable it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretGrant {
+    /// The secret's name in the user's store.
+    pub name: SecretName,
+    /// The environment variable that receives it.
+    pub env: String,
+}
+
+impl SecretGrant {
+    /// Parses `NAME` (bound to the variable `NAME`) or `NAME=ENV`.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let (name, env) = spec.split_once('=').unwrap_or((spec, spec));
+        let name = SecretName::parse(name).map_err(|e| e.to_string())?;
+        crate::env::valid_env_name(env)?;
+        Ok(Self {
+            name,
+            env: env.to_owned(),
+        })
+    }
+}
+
+/// Per-call options.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The longest a call may run (a call's own `timeout_ms` can only lower it).
+    pub timeout: Duration,
+    /// The program's stdin.
+    pub input: Input,
+    /// Capture or pass through the program's output.
+    pub output: Output,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Run the call in its own cgroup (killed as a whole when it ends).
+    pub cgroup: bool,
+    /// `pids.max` of the call's cgroup, where the pids controller exists.
+    pub pids_max: u64,
+    /// The call's memory limit: its memory cgroup's where that controller
+    /// exists, else `RLIMIT_AS`.
+    pub memory_max: u64,
+    /// What the program's environment is made of, beside its user.
+    pub env: RunEnv,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            input: Input::Null,
+            output: Output::Capture(DEFAULT_MAX_OUTPUT),
+            limits: Limits::default(),
+            cgroup: true,
+            pids_max: crate::contain::DEFAULT_PIDS_MAX,
+            memory_max: crate::contain::DEFAULT_MEMORY_MAX,
+            env: RunEnv::default(),
+        }
+    }
+}
+
+/// One tool call to run.
+#[derive(Debug, Clone)]
+pub struct DropRequest<'a> {
+    /// The launcher to start.
+    pub launcher: &'a Launcher,
+    /// Tool names and kinds.
+    pub policy: &'a Policy,
+    /// Who it runs as.
+    pub user: &'a TargetUser,
+    /// The secrets the turn allows; a call may ask for any of these.
+    pub grants: &'a [SecretGrant],
+    /// The raw tool call, `{"tool": …, "args": {…}}`.
+    pub call: &'a [u8],
+    /// Options.
+    pub options: RunOptions,
+}
