@@ -17,7 +17,8 @@ use tono_seal::turn::run_as::{
     resolve, AgentAnswer, AgentKind, AllottedUser, Answer, PersonAnswer, Question, Resolution,
     RunKind, Speaker,
 };
-use tono_seal::turn::signin::{ProviderAction, ProviderRun, SignInError, SignInLimits};
+use tono_seal::turn::signin::{ProviderAction, ProviderRun, SignInLimits};
+use tono_seal::turn::signin_error::SignInError;
 use tono_seal::turn::RunAs;
 
 /// A root-owned folder of fake provider programs, readable by everyone.

@@ -14,6 +14,8 @@
 pub mod account;
 pub mod run_as;
 pub mod signin;
+pub mod signin_error;
+pub mod signin_link;
 pub mod state;
 pub mod turn_dir;
 

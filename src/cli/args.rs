@@ -1,0 +1,259 @@
+//! The command line's arguments, as `clap` types: every command and flag
+//! of `tono-seal`, and nothing that acts.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::exit::CliError;
+use crate::env::{EnvConfig, Provider, RunEnv};
+
+/// Per-user age-sealed secrets, and tools run as their user.
+#[derive(Debug, Parser)]
+#[command(name = "tono-seal", version, about, long_about = None)]
+pub struct Cli {
+    /// Path of the `tono-launch` binary (default: beside this program).
+    #[arg(long, global = true, hide = true)]
+    pub launcher: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A user named by login name or `#UID`.
+#[derive(Debug, Args)]
+pub struct UserArg {
+    /// The user: a login name or #UID (never root).
+    #[arg(long, short = 'u')]
+    pub user: String,
+}
+
+/// Output as JSON.
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a launched program's environment is made of, beside its user.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The agent's provider (openai, anthropic, bedrock): sets its login
+    /// location in the home, and for bedrock only the AWS settings.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The operator's environment settings (JSON: proxy, no_proxy, bedrock,
+    /// providers).
+    #[arg(long)]
+    pub env_config: Option<PathBuf>,
+}
+
+impl EnvArgs {
+    /// Loads the settings into a [`RunEnv`].
+    pub fn load(&self) -> Result<RunEnv, CliError> {
+        let provider = match &self.provider {
+            Some(name) => Some(Provider::parse(name).ok_or_else(|| {
+                CliError::usage(format!(
+                    "unknown provider {name:?}: use openai, anthropic or bedrock"
+                ))
+            })?),
+            None => None,
+        };
+        let config = match &self.env_config {
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+                EnvConfig::from_json(&bytes)
+                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?
+            }
+            None => EnvConfig::default(),
+        };
+        Ok(RunEnv {
+            config: std::sync::Arc::new(config),
+            provider,
+            credential: None,
+        })
+    }
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a user's key store and print its recipient.
+    Keygen {
+        #[command(flatten)]
+        user: UserArg,
+        /// Replace an existing identity (it is kept beside the new one).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Print a user's age recipient (age1…).
+    Recipient {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Seal the value on stdin as NAME (never from argv or env).
+    Seal {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        /// Accept an empty value.
+        #[arg(long)]
+        allow_empty: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Install an age file from stdin (made with `age -r RECIPIENT`) as NAME.
+    Import {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// List a user's secret names (never values).
+    List {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Remove a secret.
+    Remove {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// New identity; every secret re-sealed to it; safe to kill and re-run.
+    Rotate {
+        #[command(flatten)]
+        user: UserArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Print one secret's value, read as the user (for operators only).
+    Reveal {
+        #[command(flatten)]
+        user: UserArg,
+        /// The secret's name.
+        name: String,
+    },
+    /// Run a program as the user with the named secrets in its environment.
+    Run {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret to unseal into the variable of the same name, or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// Working folder (absolute; default the user's home).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Timeout in seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        #[command(flatten)]
+        env: EnvArgs,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Run one tool call (JSON on stdin) as the user; print its Outcome JSON.
+    Call {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret the call may ask for: NAME or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// Timeout in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        #[command(flatten)]
+        env: EnvArgs,
+    },
+    /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
+    Serve {
+        /// Serve on stdin/stdout (the only transport).
+        #[arg(long, required = true)]
+        stdio: bool,
+        /// Most calls running at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// An MCP server on stdio whose every tools/call runs as the user.
+    Mcp {
+        #[command(flatten)]
+        user: UserArg,
+        /// A secret calls may ask for: NAME or NAME=ENV.
+        #[arg(long = "secret", short = 's')]
+        secrets: Vec<String>,
+        /// A policy file (JSON); the built-in default otherwise.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Working folder of shell and spawn calls that name none.
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        #[command(flatten)]
+        env: EnvArgs,
+    },
+    /// Show the guarantees on this machine with two throwaway users.
+    Demo,
+    /// Prove on this machine that the isolation between users is real.
+    Verify {
+        /// A user to probe (repeat for several).
+        #[arg(long = "user", short = 'u', required_unless_present = "agent")]
+        users: Vec<String>,
+        /// Three-uid mode: the agent user.
+        #[arg(long, requires_all = ["executor", "gate"])]
+        agent: Option<String>,
+        /// Three-uid mode: the executor user.
+        #[arg(long, requires_all = ["agent", "gate"])]
+        executor: Option<String>,
+        /// Three-uid mode: the gate user (its assets are the --protect paths).
+        #[arg(long, requires_all = ["agent", "executor"])]
+        gate: Option<String>,
+        /// Tenant secret folder, probed if present.
+        #[arg(long, default_value = "/etc/tonoman/secrets")]
+        tenant_secrets: PathBuf,
+        /// A path no probed user may read or write (repeatable).
+        #[arg(long)]
+        protect: Vec<PathBuf>,
+        /// Installed code no probed user may write (besides tono-seal and tono-launch).
+        #[arg(long)]
+        code: Vec<PathBuf>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Classify raw tool calls, one JSON line each on stdin.
+    Classify {
+        /// A policy file (JSON); the built-in default otherwise.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Policy files.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+/// `policy` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Load a policy file and say whether it is valid.
+    Check {
+        /// The policy file (JSON).
+        file: PathBuf,
+    },
+}

@@ -1,0 +1,121 @@
+//! `verify`: the probes of [`crate::verify`] on this machine, printed as a
+//! table (or JSON); exit 0 if every probe passed, 1 if any failed, 2 if
+//! it could not run.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use super::args::Command;
+use super::exit::{self, CliError};
+use super::print_json;
+use crate::drop::Launcher;
+use crate::user::TargetUser;
+
+/// Runs `verify`.
+pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
+    match command {
+        Command::Verify {
+            mut users,
+            agent,
+            executor,
+            gate,
+            tenant_secrets,
+            protect,
+            code,
+            json,
+        } => {
+            let roles = match (agent, executor, gate) {
+                (Some(a), Some(e), Some(g)) => {
+                    let [a_id, e_id, g_id] =
+                        [&a, &e, &g].map(|u| TargetUser::resolve(u).map(|t| t.uid));
+                    users.extend([a, e, g]);
+                    Some(crate::verify::Roles {
+                        agent: a_id?,
+                        executor: e_id?,
+                        gate: g_id?,
+                    })
+                }
+                _ => None,
+            };
+            run(
+                launcher,
+                &users,
+                tenant_secrets,
+                protect,
+                code,
+                roles,
+                json.json,
+            )
+            .await
+        }
+        _ => Err(CliError::new(
+            exit::FAILED,
+            "internal error: not a verify command",
+        )),
+    }
+}
+
+/// `verify`: exit 0 if every probe passed, 1 if any failed, 2 if it could
+/// not run.
+async fn run(
+    launcher: &Launcher,
+    users: &[String],
+    tenant_secrets: PathBuf,
+    protect: Vec<PathBuf>,
+    mut code: Vec<PathBuf>,
+    roles: Option<crate::verify::Roles>,
+    json: bool,
+) -> Result<i32, CliError> {
+    use crate::verify::{verify, VerifyPlan};
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::usage(
+            "verify runs probes as other users and must run as root",
+        ));
+    }
+    let users = users
+        .iter()
+        .map(|u| TargetUser::resolve(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Ok(me) = std::env::current_exe() {
+        code.insert(0, me);
+    }
+    code.insert(1.min(code.len()), launcher.path().to_path_buf());
+    let plan = VerifyPlan {
+        users,
+        tenant_secrets,
+        protect,
+        code,
+        roles,
+    };
+    let probes = verify(launcher, &plan)
+        .await
+        .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
+    let failed = probes.iter().filter(|p| !p.pass).count();
+    if json {
+        print_json(
+            &serde_json::json!({ "passed": probes.len() - failed, "failed": failed, "probes": probes }),
+        )?;
+    } else {
+        println!(
+            "{:<6} {:<15} {:>6} {:<8} {:<62} got",
+            "result", "as", "uid", "expected", "probe"
+        );
+        for p in &probes {
+            let expected = serde_json::to_value(p.expected)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            println!(
+                "{:<6} {:<15} {:>6} {:<8} {:<62} {}",
+                if p.pass { "pass" } else { "FAIL" },
+                p.user,
+                p.uid,
+                expected,
+                p.tried,
+                p.got
+            );
+        }
+        println!("{} passed, {} failed", probes.len() - failed, failed);
+    }
+    Ok(if failed == 0 { exit::OK } else { exit::FAILED })
+}
