@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{limits_note, live_processes, rt, shell, TestUser};
-use tono_seal::contain::{self as cgroup, Mounts};
+use tono_seal::contain::{self, Mounts};
 
 fn escapees(uid: u32, marker: &str) -> Vec<String> {
     live_processes(uid)
@@ -22,7 +22,7 @@ fn escapees(uid: u32, marker: &str) -> Vec<String> {
 #[test]
 fn without_any_cgroup_the_users_last_call_sweeps_its_processes() {
     need_root!();
-    assert!(cgroup::use_mounts(Mounts {
+    assert!(contain::use_mounts(Mounts {
         v2: None,
         v1_pids: None,
         v1_memory: None,

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{limits_note, live_processes, rt, shell, TestUser, ESCAPES};
-use tono_seal::contain::{self as cgroup, Mounts};
+use tono_seal::contain::{self, Mounts};
 
 #[test]
 fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {
@@ -23,7 +23,7 @@ fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {
         );
         return;
     }
-    assert!(cgroup::use_mounts(Mounts {
+    assert!(contain::use_mounts(Mounts {
         v2: None,
         ..detected
     }));
