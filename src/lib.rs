@@ -12,10 +12,12 @@
 //!    drop held before the program's first instruction;
 //! 5. root never acts by a path inside a folder a user controls.
 //!
-//! Modules: [`keys`] (identities, sealing, the on-disk store), [`drop`](mod@drop) (the
-//! launch plan, the drop and its verification, spawning, outcomes),
-//! [`classify`] (the tool-call model and verdicts), [`turn`] (who a run goes
-//! as and the fresh environment).
+//! The rooms, bottom layer first (`ARCHITECTURE.md` is the map, and
+//! `tests/architecture.rs` checks that every import points down): [`sys`]
+//! (all `unsafe`); [`user`], [`fs`]; [`keys`], [`classify`], [`env`](mod@env);
+//! [`launch`] (the launcher program's side), [`contain`], `stay` (the
+//! in-worker read tool); [`drop`](mod@drop) (the worker's side of a call);
+//! [`turn`]; [`verify`]; [`cli`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod classify;

@@ -8,6 +8,7 @@
 //! environment and no fd of the worker's beyond its stdio, plan and status
 //! pipe; a call's processes are killed and reaped when it ends, its
 //! timeout fires, or its future is dropped.
+#![forbid(unsafe_code)]
 
 pub mod action;
 pub mod launch_as;

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
+use super::name::valid_env_name;
 use super::provider::{Provider, ProviderSpec};
 use crate::user::TargetUser;
 
@@ -192,17 +193,6 @@ pub fn sanitize_proxy(proxy: &str) -> Result<String, EnvError> {
         Some(port) => format!("{}://{host}:{port}", url.scheme()),
         None => format!("{}://{host}", url.scheme()),
     })
-}
-
-/// Environment variable names: non-empty, no `=`, no NUL.
-pub fn valid_env_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(format!(
-            "{:?} is not a valid environment variable name",
-            name.escape_debug().to_string()
-        ));
-    }
-    Ok(())
 }
 
 fn check_var(name: &str, value: &str) -> Result<(), EnvError> {

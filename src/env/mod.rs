@@ -10,10 +10,11 @@
 #![forbid(unsafe_code)]
 
 pub mod builder;
+pub mod name;
 pub mod provider;
 
 pub use builder::{
-    sanitize_proxy, valid_env_name, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv,
-    TurnCredential,
+    sanitize_proxy, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv, TurnCredential,
 };
+pub use name::valid_env_name;
 pub use provider::{Provider, ProviderSpec};

@@ -112,7 +112,7 @@ impl ProviderSpec {
 
     /// Checks the entry: a plain relative login folder, exact host names.
     pub fn check(&self) -> Result<(), String> {
-        crate::env::valid_env_name(&self.login_var)?;
+        super::name::valid_env_name(&self.login_var)?;
         let plain = |c: &str| !c.is_empty() && c != "." && c != ".." && !c.contains('\0');
         if self.login_dir.starts_with('/') || !self.login_dir.split('/').all(plain) {
             return Err(format!(
