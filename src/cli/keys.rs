@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::args::{Command, UserArg};
+use super::args::{Command, JsonArg, UserArg};
 use super::exit::{self, CliError};
 use super::print_json;
 use crate::drop::spawn::{launch, Input, Output};
@@ -45,43 +45,98 @@ pub async fn keys_op(
     }
 }
 
-/// Runs one of the key store commands.
-pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
+/// What one key store command asks of the launcher, and how its result
+/// is printed when `--json` is not given.
+struct KeysRequest {
+    user: UserArg,
+    /// A secret name to check once the user is resolved, before the launch.
+    name: Option<String>,
+    op: KeysOp,
+    input: Input,
+    output: Output,
+    json: bool,
+    text: fn(&Value, &TargetUser),
+}
+
+fn recipient_line(v: &Value) {
+    println!("{}", v["recipient"].as_str().unwrap_or_default());
+}
+
+fn keygen_text(v: &Value, _: &TargetUser) {
+    if let Some(kept) = v["replaced_identity_kept_at"].as_str() {
+        eprintln!(
+            "tono-seal: the old identity was kept at {kept}; {} secret(s) are still sealed to it",
+            v["secrets_sealed_to_replaced_key"]
+        );
+    }
+    recipient_line(v);
+}
+
+fn seal_text(v: &Value, user: &TargetUser) {
+    println!(
+        "sealed {} for {} ({} bytes)",
+        v["sealed"].as_str().unwrap_or_default(),
+        user.name,
+        v["value_bytes"]
+    );
+}
+
+fn import_text(v: &Value, user: &TargetUser) {
+    println!(
+        "imported {} for {}",
+        v["imported"].as_str().unwrap_or_default(),
+        user.name
+    );
+}
+
+fn list_text(v: &Value, _: &TargetUser) {
+    for item in v.as_array().into_iter().flatten() {
+        println!("{}", item["name"].as_str().unwrap_or_default());
+    }
+}
+
+fn remove_text(v: &Value, _: &TargetUser) {
+    println!("removed {}", v["removed"].as_str().unwrap_or_default());
+}
+
+fn rotate_text(v: &Value, _: &TargetUser) {
+    recipient_line(v);
+    eprintln!(
+        "tono-seal: rotated; {} secret(s) re-sealed to the new key",
+        v["resealed"]
+    );
+}
+
+/// A secret name from the command line, checked before any launch.
+fn checked_name(name: &str) -> Result<(), CliError> {
+    crate::keys::SecretName::parse(name)
+        .map(drop)
+        .map_err(|e| CliError::usage(e.to_string()))
+}
+
+fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
     let capture = Output::Capture(64 * 1024);
-    let simple = |user: &UserArg| TargetUser::resolve(&user.user).map_err(CliError::from);
-    match command {
-        Command::Keygen { user, force, json } => {
-            let user = simple(&user)?;
-            let v = keys_op(
-                launcher,
-                &user,
-                KeysOp::Keygen { force },
-                Input::Null,
-                capture,
-            )
-            .await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                if let Some(kept) = v["replaced_identity_kept_at"].as_str() {
-                    eprintln!(
-                        "tono-seal: the old identity was kept at {kept}; {} secret(s) are still sealed to it",
-                        v["secrets_sealed_to_replaced_key"]
-                    );
-                }
-                println!("{}", v["recipient"].as_str().unwrap_or_default());
-            }
-            Ok(exit::OK)
-        }
+    let request = |user, op, input, json: JsonArg, text| KeysRequest {
+        user,
+        name: None,
+        op,
+        input,
+        output: capture,
+        json: json.json,
+        text,
+    };
+    Ok(match command {
+        Command::Keygen { user, force, json } => request(
+            user,
+            KeysOp::Keygen { force },
+            Input::Null,
+            json,
+            keygen_text,
+        ),
         Command::Recipient { user, json } => {
-            let user = simple(&user)?;
-            let v = keys_op(launcher, &user, KeysOp::Recipient, Input::Null, capture).await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                println!("{}", v["recipient"].as_str().unwrap_or_default());
-            }
-            Ok(exit::OK)
+            request(user, KeysOp::Recipient, Input::Null, json, |v, _| {
+                recipient_line(v)
+            })
         }
         Command::Seal {
             user,
@@ -89,108 +144,63 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             allow_empty,
             json,
         } => {
-            let user = simple(&user)?;
-            crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
-            let v = keys_op(
-                launcher,
-                &user,
-                KeysOp::Seal { name, allow_empty },
-                Input::Inherit,
-                capture,
-            )
-            .await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                println!(
-                    "sealed {} for {} ({} bytes)",
-                    v["sealed"].as_str().unwrap_or_default(),
-                    user.name,
-                    v["value_bytes"]
-                );
+            let checked = Some(name.clone());
+            let op = KeysOp::Seal { name, allow_empty };
+            KeysRequest {
+                name: checked,
+                ..request(user, op, Input::Inherit, json, seal_text)
             }
-            Ok(exit::OK)
         }
         Command::Import { user, name, json } => {
-            let user = simple(&user)?;
-            crate::keys::SecretName::parse(&name).map_err(|e| CliError::usage(e.to_string()))?;
-            let v = keys_op(
-                launcher,
-                &user,
-                KeysOp::Import { name },
-                Input::Inherit,
-                capture,
-            )
-            .await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                println!(
-                    "imported {} for {}",
-                    v["imported"].as_str().unwrap_or_default(),
-                    user.name
-                );
+            let checked = Some(name.clone());
+            let op = KeysOp::Import { name };
+            KeysRequest {
+                name: checked,
+                ..request(user, op, Input::Inherit, json, import_text)
             }
-            Ok(exit::OK)
         }
-        Command::List { user, json } => {
-            let user = simple(&user)?;
-            let v = keys_op(launcher, &user, KeysOp::List, Input::Null, capture).await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                for item in v.as_array().into_iter().flatten() {
-                    println!("{}", item["name"].as_str().unwrap_or_default());
-                }
-            }
-            Ok(exit::OK)
-        }
-        Command::Remove { user, name, json } => {
-            let user = simple(&user)?;
-            let v = keys_op(
-                launcher,
-                &user,
-                KeysOp::Remove { name },
-                Input::Null,
-                capture,
-            )
-            .await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                println!("removed {}", v["removed"].as_str().unwrap_or_default());
-            }
-            Ok(exit::OK)
-        }
+        Command::List { user, json } => request(user, KeysOp::List, Input::Null, json, list_text),
+        Command::Remove { user, name, json } => request(
+            user,
+            KeysOp::Remove { name },
+            Input::Null,
+            json,
+            remove_text,
+        ),
         Command::Rotate { user, json } => {
-            let user = simple(&user)?;
-            let v = keys_op(launcher, &user, KeysOp::Rotate, Input::Null, capture).await?;
-            if json.json {
-                print_json(&v)?;
-            } else {
-                println!("{}", v["recipient"].as_str().unwrap_or_default());
-                eprintln!(
-                    "tono-seal: rotated; {} secret(s) re-sealed to the new key",
-                    v["resealed"]
-                );
-            }
-            Ok(exit::OK)
+            request(user, KeysOp::Rotate, Input::Null, json, rotate_text)
         }
-        Command::Reveal { user, name } => {
-            let user = simple(&user)?;
-            keys_op(
-                launcher,
-                &user,
-                KeysOp::Reveal { name },
-                Input::Null,
-                Output::Inherit,
-            )
-            .await?;
-            Ok(exit::OK)
+        // The value goes straight to this process's stdout, from the launcher.
+        Command::Reveal { user, name } => KeysRequest {
+            user,
+            name: None,
+            op: KeysOp::Reveal { name },
+            input: Input::Null,
+            output: Output::Inherit,
+            json: false,
+            text: |_, _| {},
+        },
+        _ => {
+            return Err(CliError::new(
+                exit::FAILED,
+                "internal error: not a key store command",
+            ))
         }
-        _ => Err(CliError::new(
-            exit::FAILED,
-            "internal error: not a key store command",
-        )),
+    })
+}
+
+/// Runs one of the key store commands.
+pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
+    let request = keys_request(command)?;
+    let user = TargetUser::resolve(&request.user.user).map_err(CliError::from)?;
+    if let Some(name) = &request.name {
+        checked_name(name)?;
     }
+    let v = keys_op(launcher, &user, request.op, request.input, request.output).await?;
+    if request.json {
+        print_json(&v)?;
+    } else {
+        (request.text)(&v, &user);
+    }
+    Ok(exit::OK)
 }
