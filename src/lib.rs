@@ -20,6 +20,7 @@
 //! [`turn`]; [`verify`]; [`cli`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod audit;
 pub mod classify;
 pub mod cli;
 pub mod contain;

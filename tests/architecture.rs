@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["sys"],
     &["user", "fs"],
     &["keys", "classify", "env"],
-    &["launch", "contain", "stay"],
+    &["launch", "contain", "stay", "audit"],
     &["drop"],
     &["turn"],
     &["verify"],

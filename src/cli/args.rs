@@ -37,6 +37,51 @@ pub struct JsonArg {
     pub json: bool,
 }
 
+/// Where a one-shot command writes its call's receipt (off by default).
+#[derive(Debug, Args)]
+pub struct AuditArg {
+    /// Append the call's receipt to this audit log (root's alone).
+    #[arg(long = "audit", value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+}
+
+/// Where a worker writes its receipts (on by default).
+#[derive(Debug, Args)]
+pub struct WorkerAuditArgs {
+    /// The audit log every call's receipt goes to (root's alone).
+    #[arg(long = "audit", value_name = "FILE", default_value = crate::audit::DEFAULT_PATH)]
+    pub audit: PathBuf,
+    /// Write no receipts.
+    #[arg(long, conflicts_with = "audit")]
+    pub no_audit: bool,
+}
+
+/// `audit` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AuditAction {
+    /// Check the hash chain of a log and its rotated files; exit 1 at the
+    /// first break, naming its file and line.
+    Verify {
+        /// The active log file (its rotated files `FILE.NNNNNN` are read
+        /// first), or several files to check in the order given.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print a log's records (and its rotated files') as a table.
+    Show {
+        /// The active log file.
+        file: PathBuf,
+        /// Only this user's records (name or uid).
+        #[arg(long)]
+        user: Option<String>,
+        /// Only records written at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+}
+
 /// What a launched program's environment is made of, beside its user.
 #[derive(Debug, Args)]
 pub struct EnvArgs {
@@ -164,6 +209,8 @@ pub enum Command {
         timeout: u64,
         #[command(flatten)]
         env: EnvArgs,
+        #[command(flatten)]
+        audit: AuditArg,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -180,6 +227,8 @@ pub enum Command {
         timeout: u64,
         #[command(flatten)]
         env: EnvArgs,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
     Serve {
@@ -189,6 +238,8 @@ pub enum Command {
         /// Most calls running at once.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        #[command(flatten)]
+        audit: WorkerAuditArgs,
     },
     /// An MCP server on stdio whose every tools/call runs as the user.
     Mcp {
@@ -205,6 +256,14 @@ pub enum Command {
         cwd: Option<PathBuf>,
         #[command(flatten)]
         env: EnvArgs,
+        #[command(flatten)]
+        audit: WorkerAuditArgs,
+    },
+    /// Check or read an audit log of call receipts.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        action: AuditAction,
     },
     /// Show the guarantees on this machine with two throwaway users.
     Demo,
@@ -256,4 +315,37 @@ pub enum PolicyAction {
         /// The policy file (JSON).
         file: PathBuf,
     },
+}
+
+impl AuditArg {
+    /// Opens the log, if one was asked for.
+    pub fn open(&self) -> Result<Option<std::sync::Arc<crate::audit::AuditLog>>, CliError> {
+        self.audit
+            .as_deref()
+            .map(|path| open_log(path, ""))
+            .transpose()
+    }
+}
+
+impl WorkerAuditArgs {
+    /// Opens the log unless `--no-audit`.
+    pub fn open(&self) -> Result<Option<std::sync::Arc<crate::audit::AuditLog>>, CliError> {
+        (!self.no_audit)
+            .then(|| {
+                open_log(
+                    &self.audit,
+                    " (--audit FILE for another log, --no-audit for none)",
+                )
+            })
+            .transpose()
+    }
+}
+
+fn open_log(
+    path: &std::path::Path,
+    hint: &str,
+) -> Result<std::sync::Arc<crate::audit::AuditLog>, CliError> {
+    crate::audit::AuditLog::open(crate::audit::AuditConfig::at(path))
+        .map(std::sync::Arc::new)
+        .map_err(|e| CliError::usage(format!("{e}{hint}")))
 }

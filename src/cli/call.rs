@@ -26,6 +26,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             cwd,
             timeout,
             env,
+            audit,
             argv,
         } => {
             let user = simple(&user)?;
@@ -42,6 +43,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 input: Input::Inherit,
                 output: Output::Inherit,
                 env: env.load()?,
+                audit: audit.open()?,
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -52,6 +54,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             secrets,
             timeout,
             env,
+            audit,
         } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
@@ -69,6 +72,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             let options = RunOptions {
                 timeout: Duration::from_secs(timeout),
                 env: env.load()?,
+                audit: audit.open()?,
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

@@ -38,6 +38,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 
 use super::exit::{self, CliError};
+use crate::audit::AuditLog;
 use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
 use crate::drop::Launcher;
@@ -60,6 +61,7 @@ pub struct McpServer {
     grants: Arc<Vec<SecretGrant>>,
     cwd: Option<PathBuf>,
     env: RunEnv,
+    audit: Option<Arc<AuditLog>>,
     in_flight: Arc<AtomicUsize>,
     /// Becomes true when the client is gone (stdin ended) or a signal asks
     /// the server to stop: every running call is then killed.
@@ -226,6 +228,7 @@ impl McpServer {
         grants: Vec<SecretGrant>,
         cwd: Option<PathBuf>,
         env: RunEnv,
+        audit: Option<Arc<AuditLog>>,
     ) -> Self {
         let (stop_tx, stop) = watch::channel(false);
         Self {
@@ -235,6 +238,7 @@ impl McpServer {
             grants: Arc::new(grants),
             cwd,
             env,
+            audit,
             in_flight: Arc::new(AtomicUsize::new(0)),
             stop,
             stop_tx: Arc::new(stop_tx),
@@ -273,6 +277,7 @@ impl McpServer {
         let raw = serde_json::to_vec(&json!({ "tool": name, "args": args })).unwrap_or_default();
         let options = RunOptions {
             env: self.env.clone(),
+            audit: self.audit.clone(),
             ..RunOptions::default()
         };
         let request = DropRequest {

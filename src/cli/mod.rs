@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod audit;
 pub mod call;
 pub mod classify;
 pub mod demo;
@@ -127,13 +128,15 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         Command::Serve {
             stdio: _,
             concurrency,
-        } => serve::serve_stdio(launcher, concurrency.max(1)).await,
+            audit,
+        } => serve::serve_stdio(launcher, concurrency.max(1), audit.open()?).await,
         Command::Mcp {
             user,
             secrets,
             policy,
             cwd,
             env,
+            audit,
         } => {
             if let Some(cwd) = &cwd {
                 if !cwd.is_absolute() {
@@ -147,9 +150,11 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 parse_grants(&secrets)?,
                 cwd,
                 env.load()?,
+                audit.open()?,
             );
             mcp::serve_mcp(server).await
         }
+        Command::Audit { action } => audit::command(action),
         Command::Demo => demo::demo(launcher).await,
         Command::Verify { .. } => verify::command(command, launcher).await,
         Command::Classify { .. } | Command::Policy { .. } => classify::command(command),

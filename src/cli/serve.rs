@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::exit::{self, CliError};
+use crate::audit::AuditLog;
 use crate::classify::{Policy, MAX_CALL_BYTES};
 use crate::drop::Launcher;
 use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -41,7 +42,12 @@ fn error_line(id: Value, code: &str, message: impl Into<String>) -> Value {
 }
 
 /// Handles one request line; always yields one answer line.
-pub async fn handle_line(launcher: &Launcher, policy: &Policy, line: &[u8]) -> Value {
+pub async fn handle_line(
+    launcher: &Launcher,
+    policy: &Policy,
+    audit: Option<&Arc<AuditLog>>,
+    line: &[u8],
+) -> Value {
     let request: Request<'_> = match serde_json::from_slice(line) {
         Ok(r) => r,
         Err(e) => {
@@ -76,7 +82,10 @@ pub async fn handle_line(launcher: &Launcher, policy: &Policy, line: &[u8]) -> V
         user: &user,
         grants: &grants,
         call: request.call.get().as_bytes(),
-        options: RunOptions::default(),
+        options: RunOptions {
+            audit: audit.cloned(),
+            ..RunOptions::default()
+        },
     };
     let outcome = drop_and_run(&req).await;
     json!({ "id": request.id, "outcome": outcome })
@@ -122,7 +131,12 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
 }
 
 /// Serves until stdin closes and every call in flight has answered.
-pub async fn serve_stdio(launcher: &Launcher, concurrency: usize) -> Result<i32, CliError> {
+/// With `audit`, every call's receipt is appended to it.
+pub async fn serve_stdio(
+    launcher: &Launcher,
+    concurrency: usize,
+    audit: Option<Arc<AuditLog>>,
+) -> Result<i32, CliError> {
     let launcher = Arc::new(launcher.clone());
     let policy = Arc::new(Policy::default());
     let permits = Arc::new(Semaphore::new(concurrency));
@@ -160,8 +174,9 @@ pub async fn serve_stdio(launcher: &Launcher, concurrency: usize) -> Result<i32,
             .await
             .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
         let (launcher, policy, tx) = (Arc::clone(&launcher), Arc::clone(&policy), tx.clone());
+        let audit = audit.clone();
         tokio::spawn(async move {
-            let answer = handle_line(&launcher, &policy, &line).await;
+            let answer = handle_line(&launcher, &policy, audit.as_ref(), &line).await;
             drop(line);
             let _ = tx.send(answer);
             drop(permit);

@@ -14,6 +14,7 @@ pub mod action;
 pub mod launch_as;
 pub mod outcome;
 pub mod pool;
+pub mod receipt;
 pub mod request;
 pub mod run;
 pub mod spawn;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::spawn::{Input, Output};
 use super::start::Launcher;
+use crate::audit::AuditLog;
 use crate::classify::Policy;
 use crate::env::RunEnv;
 use crate::keys::SecretName;
@@ -62,6 +63,9 @@ pub struct RunOptions {
     pub memory_max: u64,
     /// What the program's environment is made of, beside its user.
     pub env: RunEnv,
+    /// Where the call's receipt goes; with a log, a call runs only while
+    /// the log can be written.
+    pub audit: Option<std::sync::Arc<AuditLog>>,
 }
 
 impl Default for RunOptions {
@@ -75,6 +79,7 @@ impl Default for RunOptions {
             pids_max: crate::contain::DEFAULT_PIDS_MAX,
             memory_max: crate::contain::DEFAULT_MEMORY_MAX,
             env: RunEnv::default(),
+            audit: None,
         }
     }
 }

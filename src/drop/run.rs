@@ -11,18 +11,43 @@
 use super::action::prepare;
 use super::launch_as::{launch_as, outcome_of};
 use super::outcome::Outcome;
+use super::receipt::{receipt, requested_secrets};
 use super::request::DropRequest;
 use crate::classify::{classify_raw, Verdict, VerdictKind};
 use crate::env::EnvBuilder;
 use crate::launch::report::{LaunchError, Stage};
 
 /// Classifies and runs one tool call as `req.user`; never panics on input.
+/// With an audit log in the options, the call runs only while the log
+/// can be written, and its receipt is appended when it ends.
 pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
+    let Some(log) = &req.options.audit else {
+        return run_call(req, &mut Vec::new()).await;
+    };
+    if let Err(e) = log.check() {
+        let refusal = Verdict::refuse("audit_unavailable", e.to_string());
+        let error = LaunchError::new(Stage::Plan, "audit_unavailable", e.to_string());
+        return Outcome::not_run(&refusal, None, Some(error));
+    }
+    let started = std::time::Instant::now();
+    let mut requested = Vec::new();
+    let outcome = run_call(req, &mut requested).await;
+    let record = receipt(req, &outcome, requested, started.elapsed());
+    if let Err(e) = log.append(record) {
+        // Later calls are refused by the check above.
+        tracing::error!(error = %e, "the call's receipt could not be written");
+    }
+    outcome
+}
+
+/// Runs one call; `requested` gets the secret names the call asked for.
+async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome {
     let (call, verdict) = classify_raw(req.call, req.policy);
     let tool = call.as_ref().map(|c| c.tool.clone());
     let Some(call) = call else {
         return Outcome::not_run(&verdict, tool, None);
     };
+    *requested = requested_secrets(&call);
     let verdict = match verdict.kind() {
         VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
         #[cfg(feature = "read-tool")]

@@ -354,6 +354,92 @@ impl RootDir {
         Ok(Some(bytes))
     }
 
+    /// Opens the file `name` for appending (`O_APPEND`, read and write),
+    /// creating it with exactly `mode` if it is missing. Refused, never
+    /// followed: a symlink (`ELOOP`); refused after the open, before any
+    /// byte is written: anything but a regular file owned by root with no
+    /// group or other bits. A FIFO planted there cannot block the open
+    /// (`O_NONBLOCK`, cleared once the file is known to be regular).
+    pub fn open_append(&self, name: &Component, mode: u32) -> Result<File, RootDirError> {
+        let path = self.entry_path(name);
+        let flags = OFlag::O_RDWR | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NONBLOCK;
+        let fd = open_beneath(
+            self.fd.as_fd(),
+            &name.c(),
+            flags,
+            Mode::from_bits_truncate(mode),
+        )
+        .map_err(io_err("open", &path))?;
+        let st = fstat(fd.as_raw_fd()).map_err(|e| io_err("stat", &path)(errno(e)))?;
+        let refuse = |reason: String| RootDirError::NotRootOwned {
+            path: path.clone(),
+            reason,
+        };
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return Err(refuse("not a regular file".into()));
+        }
+        if st.st_uid != 0 {
+            return Err(refuse(format!("owned by uid {}", st.st_uid)));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(refuse(format!("mode {:04o}", st.st_mode & 0o7777)));
+        }
+        nix::fcntl::fcntl(
+            fd.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(OFlag::O_APPEND),
+        )
+        .map_err(|e| io_err("fcntl", &path)(errno(e)))?;
+        Ok(File::from(fd))
+    }
+
+    /// The inode of the entry `name`, without following a link; `None`
+    /// if it does not exist.
+    pub fn inode_of(&self, name: &Component) -> Result<Option<u64>, RootDirError> {
+        match nix::sys::stat::fstatat(
+            Some(self.fd.as_raw_fd()),
+            name.c().as_c_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => Ok(Some(st.st_ino)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(io_err("stat", &self.entry_path(name))(errno(e))),
+        }
+    }
+
+    /// Renames `from` to `to` in this folder, refusing to replace an
+    /// existing `to` (`renameat2(RENAME_NOREPLACE)`).
+    pub fn rename_noreplace(&self, from: &Component, to: &Component) -> Result<(), RootDirError> {
+        nix::fcntl::renameat2(
+            Some(self.fd.as_raw_fd()),
+            from.c().as_c_str(),
+            Some(self.fd.as_raw_fd()),
+            to.c().as_c_str(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| io_err("rename", &self.entry_path(from))(errno(e)))
+    }
+
+    /// The names of the entries in this folder (not `.` or `..`), read
+    /// through the folder's own fd.
+    pub fn names(&self) -> Result<Vec<String>, RootDirError> {
+        let mut dir = nix::dir::Dir::openat(
+            Some(self.fd.as_raw_fd()),
+            ".",
+            DIR_FLAGS | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("list", &self.path)(errno(e)))?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| io_err("list", &self.path)(errno(e)))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
     /// Takes an exclusive lock on the folder (`flock`), held until dropped.
     pub fn lock(&self) -> Result<nix::fcntl::Flock<OwnedFd>, RootDirError> {
         let fd = self.fd.try_clone().map_err(io_err("lock", &self.path))?;

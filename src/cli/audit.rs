@@ -1,0 +1,171 @@
+//! `audit verify` (check a log's hash chain across its rotated files) and
+//! `audit show` (its records as a table or JSON lines). Both only read.
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+
+use super::args::AuditAction;
+use super::exit::{self, CliError};
+use crate::audit::{rotated_set, verify_files, AuditRecord};
+
+/// Runs `audit verify` or `audit show`.
+pub(super) fn command(action: AuditAction) -> Result<i32, CliError> {
+    match action {
+        AuditAction::Verify { files } => verify(files),
+        AuditAction::Show {
+            file,
+            user,
+            since,
+            json,
+        } => show(file, user.as_deref(), since.as_deref(), json.json),
+    }
+}
+
+/// One file: it and its rotated files; several: exactly those, in order.
+fn the_set(files: Vec<PathBuf>) -> Result<Vec<PathBuf>, CliError> {
+    if files.len() > 1 {
+        return Ok(files);
+    }
+    let active = &files[0];
+    let set =
+        rotated_set(active).map_err(|e| CliError::usage(format!("{}: {e}", active.display())))?;
+    if set.is_empty() {
+        return Err(CliError::usage(format!(
+            "{}: no such log, and no rotated file of it",
+            active.display()
+        )));
+    }
+    Ok(set)
+}
+
+fn verify(files: Vec<PathBuf>) -> Result<i32, CliError> {
+    let set = the_set(files)?;
+    match verify_files(&set) {
+        Ok(summary) => {
+            let (first, last) = (
+                summary.first.as_ref().map_or(0, |f| f.0),
+                summary.last.as_ref().map_or(0, |l| l.0),
+            );
+            for torn in &summary.torn {
+                println!("TORN at {torn}");
+            }
+            println!(
+                "{}: {} record(s), seq {first}..={last}, in {} file(s)",
+                if summary.torn.is_empty() {
+                    "intact"
+                } else {
+                    "the chain continues"
+                },
+                summary.records,
+                summary.files
+            );
+            if let Some((seq, prev)) = &summary.first {
+                if *seq != 1 {
+                    println!("the chain starts at seq {seq}, after a record hashing to {prev}");
+                }
+            }
+            if let Some((_, hash)) = &summary.last {
+                println!("last record hash {hash}");
+            }
+            Ok(if summary.torn.is_empty() {
+                exit::OK
+            } else {
+                exit::FAILED
+            })
+        }
+        Err(found) => {
+            println!("BROKEN at {found}");
+            Ok(exit::FAILED)
+        }
+    }
+}
+
+fn show(
+    file: PathBuf,
+    user: Option<&str>,
+    since: Option<&str>,
+    json: bool,
+) -> Result<i32, CliError> {
+    let since = since
+        .map(|t| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| CliError::usage(format!("--since {t:?}: not RFC 3339: {e}")))
+        })
+        .transpose()?;
+    let io = |e: std::io::Error| CliError::new(exit::FAILED, e.to_string());
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if !json {
+        writeln!(
+            out,
+            "{:>6}  {:<27} {:<16} {:>6}  {:<12} {:<7} {:<18} {:<20} {:>8} {:>9}  error",
+            "seq", "time", "user", "uid", "tool", "verdict", "reason", "secrets", "exit", "ms"
+        )
+        .map_err(io)?;
+    }
+    for path in the_set(vec![file])? {
+        let reader = BufReader::new(
+            std::fs::File::open(&path)
+                .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?,
+        );
+        for (number, line) in reader.split(b'\n').enumerate() {
+            let line = line.map_err(io)?;
+            let record: AuditRecord = serde_json::from_slice(&line).map_err(|e| {
+                CliError::new(
+                    exit::FAILED,
+                    format!(
+                        "{}:{}: not a record ({e}); run `tono-seal audit verify`",
+                        path.display(),
+                        number + 1
+                    ),
+                )
+            })?;
+            if let Some(user) = user {
+                let uid = record.uid.map(|u| u.to_string());
+                if record.user.as_deref() != Some(user) && uid.as_deref() != Some(user) {
+                    continue;
+                }
+            }
+            if let Some(since) = since {
+                let at = chrono::DateTime::parse_from_rfc3339(&record.time).ok();
+                if at.is_none_or(|at| at < since) {
+                    continue;
+                }
+            }
+            if json {
+                out.write_all(&line).map_err(io)?;
+                out.write_all(b"\n").map_err(io)?;
+                continue;
+            }
+            let ended = match (record.exit_code, record.signal, record.timed_out) {
+                (_, _, true) => "timeout".to_owned(),
+                (Some(code), _, _) => code.to_string(),
+                (None, Some(signal), _) => format!("sig {signal}"),
+                _ => "-".to_owned(),
+            };
+            writeln!(
+                out,
+                "{:>6}  {:<27} {:<16} {:>6}  {:<12} {:<7} {:<18} {:<20} {:>8} {:>9.1}  {}",
+                record.seq,
+                record.time,
+                record.user.as_deref().unwrap_or("-"),
+                record.uid.map_or("-".into(), |u| u.to_string()),
+                record.tool.as_deref().unwrap_or("-"),
+                record.verdict,
+                record.reason_code,
+                if record.secrets_granted.is_empty() {
+                    "-".to_owned()
+                } else {
+                    record.secrets_granted.join(",")
+                },
+                ended,
+                record.duration_us as f64 / 1000.0,
+                record.launch_error.as_deref().unwrap_or("")
+            )
+            .map_err(io)?;
+        }
+    }
+    out.flush().map_err(io)?;
+    Ok(exit::OK)
+}

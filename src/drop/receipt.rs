@@ -1,0 +1,66 @@
+//! A call's receipt: the audit record of one `drop_and_run`, made from the
+//! request and its [`Outcome`].
+//!
+//! Guarantees: the record holds secret names, counts and codes only —
+//! never a value, the environment, or the tool's output (only its length).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::outcome::Outcome;
+use super::request::DropRequest;
+use crate::audit::{AuditRecord, RecordKind};
+use crate::classify::ToolCall;
+
+/// The secret names a call asks for (`args.secrets`, strings only).
+pub(super) fn requested_secrets(call: &ToolCall) -> Vec<String> {
+    call.args
+        .get("secrets")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The receipt of a call that took `took`.
+pub(super) fn receipt(
+    req: &DropRequest<'_>,
+    outcome: &Outcome,
+    requested: Vec<String>,
+    took: Duration,
+) -> AuditRecord {
+    let granted = requested
+        .iter()
+        .filter(|name| req.grants.iter().any(|g| g.name.as_str() == name.as_str()))
+        .cloned()
+        .collect();
+    let limits = outcome.limits.as_ref();
+    AuditRecord {
+        user: Some(req.user.name.clone()),
+        uid: Some(req.user.uid),
+        tool: outcome.tool.clone(),
+        verdict: serde_json::to_value(outcome.verdict)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        reason_code: outcome.reason.clone(),
+        secrets_requested: requested,
+        secrets_granted: granted,
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        timed_out: outcome.timed_out,
+        duration_us: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+        pids_max_hits: limits.map(|l| l.pids_max_hits),
+        oom_kills: limits.map(|l| l.oom_kills),
+        stdout_bytes: outcome.stdout.len() as u64,
+        stderr_bytes: outcome.stderr.len() as u64,
+        launch_error: outcome.launch_error.as_ref().map(|e| e.code.clone()),
+        ..AuditRecord::new(RecordKind::Call)
+    }
+}

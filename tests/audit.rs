@@ -1,0 +1,373 @@
+//! Receipts: every call through `serve` leaves one hash-chained record
+//! that matches its outcome and holds no secret value; `audit verify` names
+//! the exact line of each tampering; a worker killed mid-burst leaves a
+//! chain a restarted worker continues; the log's folder and file are
+//! checked, and a planted link is refused, never followed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, RecordKind};
+
+use common::{stdout, tono, tono_bin, TestUser};
+
+/// A root-only folder of this test's own, removed when dropped.
+struct LogDir(PathBuf);
+
+impl LogDir {
+    fn new(tag: &str) -> Self {
+        let dir = PathBuf::from(format!(
+            "/var/lib/tono-test-audit/{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+        std::fs::set_permissions(
+            dir.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+        Self(dir)
+    }
+
+    fn log(&self) -> PathBuf {
+        self.0.join("audit.jsonl")
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn records(path: &Path) -> Vec<AuditRecord> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn verify(paths: &[&Path]) -> (i32, String) {
+    let mut args = vec!["audit", "verify"];
+    let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    args.extend(paths.iter().map(String::as_str));
+    let out = tono(&args, b"");
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+#[test]
+fn a_thousand_calls_through_serve_leave_a_thousand_matching_receipts_and_no_value() {
+    need_root!();
+    let dir = LogDir::new("serve");
+    let users: Vec<TestUser> = (0..8).map(|_| TestUser::with_key()).collect();
+    let canaries: Vec<String> = users
+        .iter()
+        .map(|u| format!("canary-{}-{:016x}", u.name(), rand::random::<u64>()))
+        .collect();
+    for (u, canary) in users.iter().zip(&canaries) {
+        u.seal("tok", canary.as_bytes());
+    }
+    // Call i prints i bytes (so each receipt finds its outcome by
+    // stdout_bytes); every 100th also prints its user's secret.
+    let mut input = String::new();
+    for i in 1..=1000usize {
+        let u = &users[i % users.len()];
+        let command = if i % 100 == 0 {
+            format!("head -c {} /dev/zero; echo \"$tok\" >&2", i)
+        } else {
+            format!("head -c {i} /dev/zero")
+        };
+        let line = json!({
+            "id": i, "user": u.name(), "secrets": ["tok"],
+            "call": {"tool": "shell", "args": {"command": command, "secrets": ["tok"]}}
+        });
+        input.push_str(&line.to_string());
+        input.push('\n');
+    }
+    let log = dir.log();
+    let out = tono(
+        &[
+            "serve",
+            "--stdio",
+            "--concurrency",
+            "16",
+            "--audit",
+            log.to_str().unwrap(),
+        ],
+        input.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let mut outcomes: BTreeMap<u64, Value> = BTreeMap::new();
+    for line in stdout(&out).lines() {
+        let answer: Value = serde_json::from_str(line).unwrap();
+        let outcome = answer["outcome"].clone();
+        assert_eq!(outcome["exit_code"], 0, "{answer}");
+        outcomes.insert(answer["id"].as_u64().unwrap(), outcome);
+    }
+    assert_eq!(outcomes.len(), 1000);
+
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("intact: 1000 record(s), seq 1..=1000"),
+        "{said}"
+    );
+    let records = records(&log);
+    assert_eq!(records.len(), 1000);
+    for r in &records {
+        let i = r.stdout_bytes;
+        let o = &outcomes[&i];
+        let u = &users[i as usize % users.len()];
+        assert_eq!(r.kind, RecordKind::Call);
+        assert_eq!(r.user.as_deref(), Some(u.name()));
+        assert_eq!(r.uid, Some(u.user.uid));
+        assert_eq!(r.tool.as_deref(), Some("shell"));
+        assert_eq!(
+            (r.verdict.as_str(), r.reason_code.as_str()),
+            ("drop", "side_effect")
+        );
+        assert_eq!(json!(r.reason_code), o["reason"]);
+        assert_eq!(r.secrets_requested, ["tok"]);
+        assert_eq!(r.secrets_granted, ["tok"]);
+        assert_eq!(json!(r.exit_code), o["exit_code"]);
+        assert_eq!(json!(r.signal), o["signal"]);
+        assert_eq!(json!(r.timed_out), o["timed_out"]);
+        assert_eq!(r.stdout_bytes, o["stdout"].as_str().unwrap().len() as u64);
+        assert_eq!(r.stderr_bytes, o["stderr"].as_str().unwrap().len() as u64);
+        assert_eq!(r.launch_error, None);
+        assert!(r.duration_us >= o["duration_us"].as_u64().unwrap(), "{r:?}");
+    }
+    // Every 100th call printed its secret, and the worker got it back (no
+    // masking yet): the outcome has it, the receipt does not.
+    let bytes = std::fs::read(&log).unwrap();
+    let printed = outcomes[&100]["stderr"].as_str().unwrap();
+    assert!(
+        canaries.iter().any(|c| printed.contains(c.as_str())),
+        "positive control: {printed:?}"
+    );
+    for canary in &canaries {
+        let found = bytes.windows(canary.len()).any(|w| w == canary.as_bytes());
+        assert!(!found, "the secret value {canary} is in the audit log");
+    }
+    let name_found = bytes.windows(5).any(|w| w == b"\"tok\"");
+    assert!(
+        name_found,
+        "positive control: the secret's name is in the log"
+    );
+}
+
+fn appended(log: &Path, n: u64) {
+    let log = AuditLog::open(AuditConfig::at(log)).unwrap();
+    for i in 0..n {
+        let mut r = AuditRecord::new(RecordKind::Call);
+        r.user = Some("someone".into());
+        r.duration_us = 1000 + i;
+        log.append(r).unwrap();
+    }
+}
+
+#[test]
+fn audit_verify_names_the_line_of_each_tampering() {
+    need_root!();
+    let dir = LogDir::new("tamper");
+    let log = dir.log();
+    appended(&log, 10);
+    let good = std::fs::read(&log).unwrap();
+    let lines: Vec<&[u8]> = good.split_inclusive(|&b| b == b'\n').collect();
+    assert_eq!(lines.len(), 10);
+    let (code, said) = verify(&[&log]);
+    assert_eq!(
+        (code, said.lines().next().unwrap()),
+        (0, "intact: 10 record(s), seq 1..=10, in 1 file(s)")
+    );
+
+    let variant = |name: &str, bytes: Vec<u8>| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let mut edited = good.clone();
+    let at = lines[..4].iter().map(|l| l.len()).sum::<usize>();
+    let key = b"\"duration_us\":1004";
+    let digit = edited[at..]
+        .windows(key.len())
+        .position(|w| w == key)
+        .unwrap()
+        + at
+        + key.len()
+        - 1;
+    edited[digit] = b'5'; // one byte of line 5, still a record
+    let mut removed = lines.clone();
+    removed.remove(4);
+    let mut swapped = lines.clone();
+    swapped.swap(4, 5);
+    let cut = good.len() - lines[9].len() / 2;
+    for (name, bytes, want) in [
+        ("edited", edited, ":5: changed:"),
+        ("removed", removed.concat(), ":5: missing:"),
+        ("swapped", swapped.concat(), ":5: swapped:"),
+        ("cut", good[..cut].to_vec(), ":10: torn_tail:"),
+    ] {
+        let path = variant(name, bytes);
+        let (code, said) = verify(&[&path]);
+        assert_eq!(code, 1, "{name}: {said}");
+        assert!(
+            said.starts_with(&format!("BROKEN at {}{want}", path.display())),
+            "{name}: {said}"
+        );
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() {
+    need_root!();
+    let dir = LogDir::new("kill");
+    let log = dir.log();
+    let u = TestUser::with_key();
+    let call = |i: usize| {
+        json!({"id": i, "user": u.name(), "call": {"tool": "spawn", "args": {"argv": ["/bin/true"]}}})
+            .to_string()
+            + "\n"
+    };
+    let mut worker = Command::new(tono_bin())
+        .args(["serve", "--stdio", "--audit", log.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = worker.stdin.take().unwrap();
+    for i in 0..300 {
+        input.write_all(call(i).as_bytes()).unwrap();
+    }
+    // Kill it once 50 calls have answered, with more still running.
+    let mut answers = BufReader::new(worker.stdout.take().unwrap());
+    let mut line = String::new();
+    for _ in 0..50 {
+        line.clear();
+        answers.read_line(&mut line).unwrap();
+        assert!(line.contains("\"outcome\""), "{line}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = worker.wait();
+    drop(input);
+    let before = records(&log).len();
+    let (code, said) = verify(&[&log]);
+    assert!(before >= 50, "{before} receipts for 50 answers");
+    // One write a record: a SIGKILL leaves a record boundary.
+    assert_eq!(code, 0, "{said}");
+
+    // A torn last line (as a write cut short would leave) is kept, and a
+    // restarted worker goes on from the last whole record.
+    let torn = &std::fs::read(&log).unwrap()[..200];
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(torn)
+        .unwrap();
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains(&format!(":{}: torn_tail:", before + 1)),
+        "{said}"
+    );
+    let input: String = (0..20).map(call).collect();
+    let out = tono(
+        &["serve", "--stdio", "--audit", log.to_str().unwrap()],
+        input.as_bytes(),
+    );
+    assert!(out.status.success());
+    let rotated = dir.0.join("audit.jsonl.000001");
+    assert!(
+        std::fs::read(&rotated).unwrap().ends_with(torn),
+        "the torn file is kept as it was"
+    );
+    let after = records(&log);
+    assert_eq!(after.len(), 20);
+    assert_eq!(
+        after[0].seq,
+        before as u64 + 1,
+        "the chain goes on after the last whole record"
+    );
+    // The new file alone, anchored by the rotated file's last whole record:
+    // intact; the whole set: the torn write is named, and nothing else.
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("audit.jsonl.000001:") && said.contains("torn_tail"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("the chain continues: {} record(s)", before + 20)),
+        "{said}"
+    );
+}
+
+#[test]
+fn the_log_is_refused_where_root_is_not_alone_and_a_planted_link_is_never_followed() {
+    need_root!();
+    let dir = LogDir::new("modes");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let open = |path: &Path| AuditLog::open(AuditConfig::at(path)).map(drop);
+
+    // Positive control: a root-only folder and a new file work.
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    open(&dir.log()).unwrap();
+    let mode = std::fs::metadata(dir.log()).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600);
+
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = open(&dir.log()).unwrap_err().to_string();
+    assert!(e.contains("mode 0755") && e.contains("root's alone"), "{e}");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let target = dir.0.join("elsewhere");
+    let link = dir.0.join("linked.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = open(&link).unwrap_err().to_string();
+    assert!(e.contains("os error 40"), "ELOOP, not followed: {e}");
+    assert!(!target.exists(), "the link's target was created");
+
+    let fifo = dir.0.join("fifo.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let e = open(&fifo).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+
+    let open_file = dir.0.join("open.jsonl");
+    std::fs::write(&open_file, b"").unwrap();
+    std::fs::set_permissions(&open_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = open(&open_file).unwrap_err().to_string();
+    assert!(e.contains("mode 0644"), "{e}");
+
+    let foreign = dir.0.join("foreign.jsonl");
+    std::fs::write(&foreign, b"").unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o600)).unwrap();
+    nix::unistd::chown(&foreign, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let e = open(&foreign).unwrap_err().to_string();
+    assert!(e.contains("owned by uid 65534"), "{e}");
+
+    // The CLI says so and runs nothing.
+    let out = tono(
+        &["serve", "--stdio", "--audit", link.to_str().unwrap()],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("--no-audit"),
+        "{}",
+        common::stderr(&out)
+    );
+}
