@@ -371,3 +371,63 @@ fn the_log_is_refused_where_root_is_not_alone_and_a_planted_link_is_never_follow
         common::stderr(&out)
     );
 }
+
+#[test]
+fn provisioning_commands_leave_receipts_with_names_and_no_values() {
+    need_root!();
+    let dir = LogDir::new("keys");
+    let log = dir.log();
+    let log_arg = log.to_str().unwrap();
+    let u = TestUser::bare();
+    let canary = format!("canary-{:016x}", rand::random::<u64>());
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut all = args.to_vec();
+        all.extend(["--user", u.name(), "--audit", log_arg]);
+        tono(&all, stdin)
+    };
+    assert!(run(&["keygen"], b"").status.success());
+    assert!(run(&["seal", "tok"], canary.as_bytes()).status.success());
+    let shown = run(&["reveal", "tok"], b"");
+    assert_eq!(
+        stdout(&shown),
+        canary,
+        "positive control: the value was revealed"
+    );
+    let missing = run(&["reveal", "absent"], b"");
+    assert!(!missing.status.success());
+
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 0, "{said}");
+    let records = records(&log);
+    /// Tool, secret names, exit code, launch error.
+    type Seen<'a> = (Option<&'a str>, Vec<String>, Option<i32>, Option<&'a str>);
+    let seen: Vec<Seen<'_>> = records
+        .iter()
+        .map(|r| {
+            assert_eq!(r.kind, RecordKind::Keys);
+            assert_eq!(r.uid, Some(u.user.uid));
+            (
+                r.tool.as_deref(),
+                r.secrets_requested.clone(),
+                r.exit_code,
+                r.launch_error.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Some("keygen"), vec![], Some(0), None),
+            (Some("seal"), vec!["tok".to_owned()], Some(0), None),
+            (Some("reveal"), vec!["tok".to_owned()], Some(0), None),
+            (
+                Some("reveal"),
+                vec!["absent".to_owned()],
+                None,
+                Some("secret_missing")
+            ),
+        ]
+    );
+    let bytes = std::fs::read(&log).unwrap();
+    assert!(!bytes.windows(canary.len()).any(|w| w == canary.as_bytes()));
+}

@@ -416,6 +416,26 @@ impl AuditLog {
             active.unsynced = 0;
         }
         active.last = Some((record.seq, hash));
+        // The same receipt as an event with fields (not a formatted
+        // string), for a collector behind `tracing`.
+        tracing::info!(
+            target: "tono_seal::audit",
+            seq = record.seq,
+            call_id = %record.call_id,
+            kind = ?record.kind,
+            user = record.user.as_deref(),
+            uid = record.uid,
+            tool = record.tool.as_deref(),
+            verdict = %record.verdict,
+            reason_code = %record.reason_code,
+            secrets = ?record.secrets_granted,
+            exit_code = record.exit_code,
+            signal = record.signal,
+            timed_out = record.timed_out,
+            duration_us = record.duration_us,
+            launch_error = record.launch_error.as_deref(),
+            "receipt"
+        );
         Ok(record.seq)
     }
 }

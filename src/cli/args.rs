@@ -54,6 +54,10 @@ pub struct WorkerAuditArgs {
     /// Write no receipts.
     #[arg(long, conflicts_with = "audit")]
     pub no_audit: bool,
+    /// `fsync` the log after this many receipts (1: each one; more trades
+    /// the last few receipts on a power loss for less time per call).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_fsync_every: u32,
 }
 
 /// `audit` subcommands.
@@ -135,6 +139,8 @@ pub enum Command {
         force: bool,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Print a user's age recipient (age1…).
     Recipient {
@@ -142,6 +148,8 @@ pub enum Command {
         user: UserArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Seal the value on stdin as NAME (never from argv or env).
     Seal {
@@ -154,6 +162,8 @@ pub enum Command {
         allow_empty: bool,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Install an age file from stdin (made with `age -r RECIPIENT`) as NAME.
     Import {
@@ -163,6 +173,8 @@ pub enum Command {
         name: String,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// List a user's secret names (never values).
     List {
@@ -170,6 +182,8 @@ pub enum Command {
         user: UserArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Remove a secret.
     Remove {
@@ -179,6 +193,8 @@ pub enum Command {
         name: String,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// New identity; every secret re-sealed to it; safe to kill and re-run.
     Rotate {
@@ -186,6 +202,8 @@ pub enum Command {
         user: UserArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Print one secret's value, read as the user (for operators only).
     Reveal {
@@ -193,6 +211,8 @@ pub enum Command {
         user: UserArg,
         /// The secret's name.
         name: String,
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Run a program as the user with the named secrets in its environment.
     Run {
@@ -322,7 +342,7 @@ impl AuditArg {
     pub fn open(&self) -> Result<Option<std::sync::Arc<crate::audit::AuditLog>>, CliError> {
         self.audit
             .as_deref()
-            .map(|path| open_log(path, ""))
+            .map(|path| open_log(crate::audit::AuditConfig::at(path), ""))
             .transpose()
     }
 }
@@ -330,10 +350,14 @@ impl AuditArg {
 impl WorkerAuditArgs {
     /// Opens the log unless `--no-audit`.
     pub fn open(&self) -> Result<Option<std::sync::Arc<crate::audit::AuditLog>>, CliError> {
+        let config = crate::audit::AuditConfig {
+            fsync_every: self.audit_fsync_every,
+            ..crate::audit::AuditConfig::at(&self.audit)
+        };
         (!self.no_audit)
             .then(|| {
                 open_log(
-                    &self.audit,
+                    config,
                     " (--audit FILE for another log, --no-audit for none)",
                 )
             })
@@ -342,10 +366,10 @@ impl WorkerAuditArgs {
 }
 
 fn open_log(
-    path: &std::path::Path,
+    config: crate::audit::AuditConfig,
     hint: &str,
 ) -> Result<std::sync::Arc<crate::audit::AuditLog>, CliError> {
-    crate::audit::AuditLog::open(crate::audit::AuditConfig::at(path))
+    crate::audit::AuditLog::open(config)
         .map(std::sync::Arc::new)
         .map_err(|e| CliError::usage(format!("{e}{hint}")))
 }

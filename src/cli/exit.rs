@@ -32,6 +32,8 @@ pub struct CliError {
     pub message: String,
     /// The exit code.
     pub code: i32,
+    /// The launch error's own code, when a launch failed (for receipts).
+    pub launch_code: Option<String>,
 }
 
 impl CliError {
@@ -40,6 +42,7 @@ impl CliError {
         Self {
             message: message.into(),
             code,
+            launch_code: None,
         }
     }
 
@@ -77,6 +80,9 @@ pub fn code_of(error: &LaunchError) -> i32 {
 
 impl From<LaunchError> for CliError {
     fn from(e: LaunchError) -> Self {
-        Self::new(code_of(&e), e.message)
+        Self {
+            launch_code: Some(e.code.clone()),
+            ..Self::new(code_of(&e), e.message)
+        }
     }
 }

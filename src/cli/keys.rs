@@ -8,13 +8,14 @@
 //! never holds a value.
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::args::{Command, JsonArg, UserArg};
+use super::args::{AuditArg, Command, JsonArg, UserArg};
 use super::exit::{self, CliError};
 use super::print_json;
+use crate::audit::{AuditRecord, RecordKind};
 use crate::drop::spawn::{launch, Input, Output};
 use crate::drop::Launcher;
 use crate::launch::plan::{Action, KeysOp, LaunchPlan};
@@ -49,6 +50,7 @@ pub async fn keys_op(
 /// is printed when `--json` is not given.
 struct KeysRequest {
     user: UserArg,
+    audit: AuditArg,
     /// A secret name to check once the user is resolved, before the launch.
     name: Option<String>,
     op: KeysOp,
@@ -116,8 +118,9 @@ fn checked_name(name: &str) -> Result<(), CliError> {
 
 fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
     let capture = Output::Capture(64 * 1024);
-    let request = |user, op, input, json: JsonArg, text| KeysRequest {
+    let request = |user, audit, op, input, json: JsonArg, text| KeysRequest {
         user,
+        audit,
         name: None,
         op,
         input,
@@ -126,15 +129,21 @@ fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
         text,
     };
     Ok(match command {
-        Command::Keygen { user, force, json } => request(
+        Command::Keygen {
             user,
+            force,
+            json,
+            audit,
+        } => request(
+            user,
+            audit,
             KeysOp::Keygen { force },
             Input::Null,
             json,
             keygen_text,
         ),
-        Command::Recipient { user, json } => {
-            request(user, KeysOp::Recipient, Input::Null, json, |v, _| {
+        Command::Recipient { user, json, audit } => {
+            request(user, audit, KeysOp::Recipient, Input::Null, json, |v, _| {
                 recipient_line(v)
             })
         }
@@ -143,36 +152,51 @@ fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
             name,
             allow_empty,
             json,
+            audit,
         } => {
             let checked = Some(name.clone());
             let op = KeysOp::Seal { name, allow_empty };
             KeysRequest {
                 name: checked,
-                ..request(user, op, Input::Inherit, json, seal_text)
+                ..request(user, audit, op, Input::Inherit, json, seal_text)
             }
         }
-        Command::Import { user, name, json } => {
+        Command::Import {
+            user,
+            name,
+            json,
+            audit,
+        } => {
             let checked = Some(name.clone());
             let op = KeysOp::Import { name };
             KeysRequest {
                 name: checked,
-                ..request(user, op, Input::Inherit, json, import_text)
+                ..request(user, audit, op, Input::Inherit, json, import_text)
             }
         }
-        Command::List { user, json } => request(user, KeysOp::List, Input::Null, json, list_text),
-        Command::Remove { user, name, json } => request(
+        Command::List { user, json, audit } => {
+            request(user, audit, KeysOp::List, Input::Null, json, list_text)
+        }
+        Command::Remove {
             user,
+            name,
+            json,
+            audit,
+        } => request(
+            user,
+            audit,
             KeysOp::Remove { name },
             Input::Null,
             json,
             remove_text,
         ),
-        Command::Rotate { user, json } => {
-            request(user, KeysOp::Rotate, Input::Null, json, rotate_text)
+        Command::Rotate { user, json, audit } => {
+            request(user, audit, KeysOp::Rotate, Input::Null, json, rotate_text)
         }
         // The value goes straight to this process's stdout, from the launcher.
-        Command::Reveal { user, name } => KeysRequest {
+        Command::Reveal { user, name, audit } => KeysRequest {
             user,
+            audit,
             name: None,
             op: KeysOp::Reveal { name },
             input: Input::Null,
@@ -189,6 +213,31 @@ fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
     })
 }
 
+/// The receipt of a key store operation, before it runs.
+fn receipt(user: &TargetUser, op: &KeysOp) -> AuditRecord {
+    let (tool, secret) = match op {
+        KeysOp::Keygen { .. } => ("keygen", None),
+        KeysOp::Recipient => ("recipient", None),
+        KeysOp::Seal { name, .. } => ("seal", Some(name)),
+        KeysOp::Import { name } => ("import", Some(name)),
+        KeysOp::List => ("list", None),
+        KeysOp::Remove { name } => ("remove", Some(name)),
+        KeysOp::Rotate => ("rotate", None),
+        KeysOp::Reveal { name } => ("reveal", Some(name)),
+    };
+    let secrets: Vec<String> = secret.into_iter().cloned().collect();
+    AuditRecord {
+        user: Some(user.name.clone()),
+        uid: Some(user.uid),
+        tool: Some(tool.into()),
+        verdict: "drop".into(),
+        reason_code: "keys_op".into(),
+        secrets_requested: secrets.clone(),
+        secrets_granted: secrets,
+        ..AuditRecord::new(RecordKind::Keys)
+    }
+}
+
 /// Runs one of the key store commands.
 pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
     let request = keys_request(command)?;
@@ -196,7 +245,24 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
     if let Some(name) = &request.name {
         checked_name(name)?;
     }
-    let v = keys_op(launcher, &user, request.op, request.input, request.output).await?;
+    let audit = request.audit.open()?;
+    let receipt = audit
+        .as_ref()
+        .map(|_| (receipt(&user, &request.op), Instant::now()));
+    let done = keys_op(launcher, &user, request.op, request.input, request.output).await;
+    if let (Some(log), Some((mut record, started))) = (audit, receipt) {
+        record.duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        match &done {
+            Ok(_) => record.exit_code = Some(0),
+            Err(e) => {
+                record.launch_error = Some(e.launch_code.clone().unwrap_or_else(|| "failed".into()))
+            }
+        }
+        log.append(record).map_err(|e| {
+            CliError::new(exit::FAILED, format!("the receipt was not written: {e}"))
+        })?;
+    }
+    let v = done?;
     if request.json {
         print_json(&v)?;
     } else {
