@@ -431,3 +431,52 @@ fn provisioning_commands_leave_receipts_with_names_and_no_values() {
     let bytes = std::fs::read(&log).unwrap();
     assert!(!bytes.windows(canary.len()).any(|w| w == canary.as_bytes()));
 }
+
+#[test]
+fn a_log_rotated_by_size_verifies_as_one_chain_and_a_lost_file_is_named() {
+    need_root!();
+    let dir = LogDir::new("rotate");
+    let log = dir.log();
+    {
+        let writer = AuditLog::open(AuditConfig {
+            max_bytes: 2000,
+            ..AuditConfig::at(&log)
+        })
+        .unwrap();
+        for _ in 0..30 {
+            writer.append(AuditRecord::new(RecordKind::Call)).unwrap();
+        }
+    }
+    let rotated: Vec<PathBuf> = (1..)
+        .map(|n| dir.0.join(format!("audit.jsonl.{n:06}")))
+        .take_while(|p| p.exists())
+        .collect();
+    assert!(rotated.len() >= 5, "{} rotated files", rotated.len());
+    for file in rotated.iter().chain([&log]) {
+        let size = std::fs::metadata(file).unwrap().len();
+        assert!(size <= 2000, "{}: {size} bytes", file.display());
+    }
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 0, "{said}");
+    let files = rotated.len() + 1;
+    assert!(
+        said.starts_with(&format!(
+            "intact: 30 record(s), seq 1..=30, in {files} file(s)"
+        )),
+        "{said}"
+    );
+    // A writer opened again continues the chain in the same file.
+    appended(&log, 1);
+    assert_eq!(records(&log).last().unwrap().seq, 31);
+
+    // Losing a middle file is a gap at the first line of the next one.
+    let lost = &rotated[1];
+    let first_after = records(&rotated[2])[0].seq;
+    std::fs::remove_file(lost).unwrap();
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.starts_with(&format!("BROKEN at {}:1: missing:", rotated[2].display())),
+        "{said} (first seq after the gap {first_after})"
+    );
+}

@@ -81,6 +81,25 @@ fn verify(files: Vec<PathBuf>) -> Result<i32, CliError> {
     }
 }
 
+/// The secrets a call asked for; one the turn did not grant is marked `!`.
+fn secrets_column(record: &AuditRecord) -> String {
+    if record.secrets_requested.is_empty() {
+        return "-".into();
+    }
+    record
+        .secrets_requested
+        .iter()
+        .map(|name| {
+            if record.secrets_granted.contains(name) {
+                name.clone()
+            } else {
+                format!("!{name}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn show(
     file: PathBuf,
     user: Option<&str>,
@@ -154,11 +173,7 @@ fn show(
                 record.tool.as_deref().unwrap_or("-"),
                 record.verdict,
                 record.reason_code,
-                if record.secrets_granted.is_empty() {
-                    "-".to_owned()
-                } else {
-                    record.secrets_granted.join(",")
-                },
+                secrets_column(&record),
                 ended,
                 record.duration_us as f64 / 1000.0,
                 record.launch_error.as_deref().unwrap_or("")
