@@ -8,6 +8,8 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 use common::{launcher, live_processes_of, rt, TestUser};
@@ -101,6 +103,7 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
     let fakes = Fakes::new();
     let rt = rt();
     let launcher = launcher();
+    let receipts = Receipts::new("signin");
     let sign_in = |name: &str, body: &str| {
         let program = fakes.script(name, body);
         let config = config_with(&program, ProviderAction::SignIn);
@@ -110,7 +113,8 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
             ProviderAction::SignIn,
             &config,
         )
-        .unwrap();
+        .unwrap()
+        .with_audit(receipts.log.clone());
         let started = Instant::now();
         let result = rt.block_on(run.sign_in(&launcher, LIMITS));
         (result, started.elapsed())
@@ -183,6 +187,53 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The file the fake wrote exists: it was there to be read, and was not.
     assert!(u.home().join(".codex/login-link").exists());
+    // A receipt for each: the stopped good sign-in, then each refusal's code.
+    let mut want = vec!["stopped"];
+    want.extend(bad.iter().map(|(_, _, code)| *code));
+    let got: Vec<String> = receipts
+        .records()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["kind"], "provider", "{r}");
+            assert_eq!(r["tool"], "provider sign-in", "{r}");
+            assert_eq!(r["uid"], u.user.uid, "{r}");
+            r["launch_error"].as_str().unwrap_or("-").to_owned()
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// An audit log of the test's own, in a root-only folder.
+struct Receipts {
+    dir: PathBuf,
+    log: Arc<tono_seal::audit::AuditLog>,
+}
+
+impl Receipts {
+    fn new(tag: &str) -> Self {
+        let dir = PathBuf::from(format!(
+            "/var/lib/tono-test-audit/{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = tono_seal::audit::AuditConfig::at(dir.join("audit.jsonl"));
+        let log = Arc::new(tono_seal::audit::AuditLog::open(config).unwrap());
+        Self { dir, log }
+    }
+
+    fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Receipts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[test]
@@ -227,8 +278,21 @@ fn provider_programs_run_only_as_the_run_the_cloud_named() {
         &config,
     )
     .unwrap();
+    let receipts = Receipts::new("status");
+    let run = run.with_audit(receipts.log.clone());
     let outcome = rt.block_on(run.run(&launcher(), Duration::from_secs(10)));
     assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+    let records = receipts.records();
+    assert_eq!(records.len(), 1, "one receipt for the status check");
+    assert_eq!(
+        (
+            &records[0]["kind"],
+            &records[0]["tool"],
+            &records[0]["exit_code"]
+        ),
+        (&json!("provider"), &json!("provider status"), &json!(0))
+    );
+    assert_eq!(records[0]["stdout_bytes"], outcome.stdout.len());
     let id = u.user.uid.to_string();
     let lines: Vec<&str> = outcome.stdout.lines().collect();
     assert_eq!(&lines[..3], &[id.as_str(), id.as_str(), id.as_str()]);

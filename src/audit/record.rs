@@ -23,6 +23,8 @@ pub enum RecordKind {
     Call,
     /// One key store operation (`keygen`, `seal`, `rotate`, …) as a user.
     Keys,
+    /// One provider program (sign-in, sign-out, status) as a user.
+    Provider,
 }
 
 /// One audit record (schema version 1). The log sets `v`, `seq`, `time`,

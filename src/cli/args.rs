@@ -312,6 +312,9 @@ pub enum Command {
         code: Vec<PathBuf>,
         #[command(flatten)]
         json: JsonArg,
+        /// Append a receipt of every probe call to this audit log.
+        #[command(flatten)]
+        audit: AuditArg,
     },
     /// Classify raw tool calls, one JSON line each on stdin.
     Classify {

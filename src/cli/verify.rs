@@ -10,6 +10,7 @@ use super::exit::{self, CliError};
 use super::print_json;
 use crate::drop::Launcher;
 use crate::user::TargetUser;
+use crate::verify::{verify, VerifyPlan};
 
 /// Runs `verify`.
 pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32, CliError> {
@@ -23,6 +24,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             protect,
             code,
             json,
+            audit,
         } => {
             let roles = match (agent, executor, gate) {
                 (Some(a), Some(e), Some(g)) => {
@@ -37,16 +39,16 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 }
                 _ => None,
             };
-            run(
-                launcher,
-                &users,
+            let audit = audit.open()?;
+            let plan = |users, code| VerifyPlan {
+                users,
                 tenant_secrets,
                 protect,
                 code,
                 roles,
-                json.json,
-            )
-            .await
+                audit,
+            };
+            run(launcher, &users, code, plan, json.json).await
         }
         _ => Err(CliError::new(
             exit::FAILED,
@@ -60,13 +62,10 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
 async fn run(
     launcher: &Launcher,
     users: &[String],
-    tenant_secrets: PathBuf,
-    protect: Vec<PathBuf>,
     mut code: Vec<PathBuf>,
-    roles: Option<crate::verify::Roles>,
+    plan: impl FnOnce(Vec<TargetUser>, Vec<PathBuf>) -> VerifyPlan,
     json: bool,
 ) -> Result<i32, CliError> {
-    use crate::verify::{verify, VerifyPlan};
     if !nix::unistd::geteuid().is_root() {
         return Err(CliError::usage(
             "verify runs probes as other users and must run as root",
@@ -80,13 +79,7 @@ async fn run(
         code.insert(0, me);
     }
     code.insert(1.min(code.len()), launcher.path().to_path_buf());
-    let plan = VerifyPlan {
-        users,
-        tenant_secrets,
-        protect,
-        code,
-        roles,
-    };
+    let plan = plan(users, code);
     let probes = verify(launcher, &plan)
         .await
         .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;

@@ -13,6 +13,7 @@ use super::outcome::Outcome;
 use super::request::DropRequest;
 use crate::audit::{AuditRecord, RecordKind};
 use crate::classify::ToolCall;
+use crate::user::TargetUser;
 
 /// The secret names a call asks for (`args.secrets`, strings only).
 pub(super) fn requested_secrets(call: &ToolCall) -> Vec<String> {
@@ -40,18 +41,31 @@ pub(super) fn receipt(
         .filter(|name| req.grants.iter().any(|g| g.name.as_str() == name.as_str()))
         .cloned()
         .collect();
+    AuditRecord {
+        secrets_requested: requested,
+        secrets_granted: granted,
+        ..outcome_receipt(RecordKind::Call, req.user, outcome, took)
+    }
+}
+
+/// The receipt of anything that ended in an [`Outcome`] as `user` (a tool
+/// call, a provider program), with no secret named.
+pub fn outcome_receipt(
+    kind: RecordKind,
+    user: &TargetUser,
+    outcome: &Outcome,
+    took: Duration,
+) -> AuditRecord {
     let limits = outcome.limits.as_ref();
     AuditRecord {
-        user: Some(req.user.name.clone()),
-        uid: Some(req.user.uid),
+        user: Some(user.name.clone()),
+        uid: Some(user.uid),
         tool: outcome.tool.clone(),
         verdict: serde_json::to_value(outcome.verdict)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default(),
         reason_code: outcome.reason.clone(),
-        secrets_requested: requested,
-        secrets_granted: granted,
         exit_code: outcome.exit_code,
         signal: outcome.signal,
         timed_out: outcome.timed_out,
@@ -61,6 +75,6 @@ pub(super) fn receipt(
         stdout_bytes: outcome.stdout.len() as u64,
         stderr_bytes: outcome.stderr.len() as u64,
         launch_error: outcome.launch_error.as_ref().map(|e| e.code.clone()),
-        ..AuditRecord::new(RecordKind::Call)
+        ..AuditRecord::new(kind)
     }
 }

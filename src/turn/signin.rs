@@ -16,7 +16,8 @@
 //!   dropping a [`SignInSession`] kills the sign-in's processes too.
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -24,10 +25,12 @@ use tokio::task::JoinHandle;
 use super::run_as::{RunAs, RunKind};
 use super::signin_error::SignInError;
 use super::signin_link::{LinkScanner, SignInPrompt, DEFAULT_MAX_BYTES};
+use crate::audit::{AuditLog, RecordKind};
 use crate::classify::Verdict;
 use crate::contain::AppliedLimits;
 use crate::drop::launch_as::{launch_as, outcome_of};
 use crate::drop::outcome::Outcome;
+use crate::drop::receipt::outcome_receipt;
 use crate::drop::spawn::{Finished, Input, Output};
 use crate::drop::Launcher;
 use crate::drop::RunOptions;
@@ -99,6 +102,7 @@ pub struct ProviderRun {
     spec: ProviderSpec,
     action: ProviderAction,
     exec: ExecPlan,
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl ProviderRun {
@@ -149,7 +153,14 @@ impl ProviderRun {
                 env,
                 secrets: Vec::new(),
             },
+            audit: None,
         })
+    }
+
+    /// The same run, leaving a receipt in `log` when it ends.
+    pub fn with_audit(mut self, log: Arc<AuditLog>) -> Self {
+        self.audit = Some(log);
+        self
     }
 
     /// The user it runs as.
@@ -164,6 +175,7 @@ impl ProviderRun {
 
     /// Runs a sign-out or status check to its end (within `timeout`).
     pub async fn run(self, launcher: &Launcher, timeout: Duration) -> Outcome {
+        let started = Instant::now();
         let verdict = provider_verdict();
         let tool = Some(format!("provider {}", self.action.name()));
         let options = RunOptions {
@@ -179,7 +191,9 @@ impl ProviderRun {
             None,
         )
         .await;
-        outcome_of(&verdict, tool, &self.target, launched)
+        let outcome = outcome_of(&verdict, tool, &self.target, launched);
+        leave_receipt(self.audit.as_ref(), &self.target, &outcome, started);
+        outcome
     }
 
     /// Starts a device sign-in and reads its link and code from its pipes.
@@ -196,6 +210,7 @@ impl ProviderRun {
                 wanted: RunKind::SignIn,
             });
         }
+        let started = Instant::now();
         let mut scanner = LinkScanner::new(&self.spec, limits.max_bytes);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let options = RunOptions {
@@ -222,6 +237,8 @@ impl ProviderRun {
             handle: Some(handle),
             target: self.target,
             done: None,
+            audit: self.audit,
+            started,
         };
         let deadline = tokio::time::Instant::now() + limits.wait;
         let found = loop {
@@ -253,9 +270,38 @@ impl ProviderRun {
         match found {
             Ok(prompt) => Ok((prompt, session)),
             Err(e) => {
+                let audit = session.audit.take();
+                let target = session.target.clone();
                 session.stop().await;
+                let error = LaunchError::new(
+                    crate::launch::report::Stage::Launcher,
+                    e.code(),
+                    e.to_string(),
+                );
+                let outcome = Outcome::not_run(
+                    &provider_verdict(),
+                    Some("provider sign-in".into()),
+                    Some(error),
+                );
+                leave_receipt(audit.as_ref(), &target, &outcome, started);
                 Err(e)
             }
+        }
+    }
+}
+
+/// Appends the receipt of a provider run to `audit`, if any; a failure is
+/// logged (the run has already happened).
+fn leave_receipt(
+    audit: Option<&Arc<AuditLog>>,
+    target: &TargetUser,
+    outcome: &Outcome,
+    started: Instant,
+) {
+    if let Some(log) = audit {
+        let record = outcome_receipt(RecordKind::Provider, target, outcome, started.elapsed());
+        if let Err(e) = log.append(record) {
+            tracing::error!(error = %e, "a provider run's receipt could not be written");
         }
     }
 }
@@ -285,6 +331,8 @@ pub struct SignInSession {
     handle: Option<JoinHandle<Result<(Finished, AppliedLimits), LaunchError>>>,
     target: TargetUser,
     done: Option<(Finished, AppliedLimits)>,
+    audit: Option<Arc<AuditLog>>,
+    started: Instant,
 }
 
 impl SignInSession {
@@ -309,6 +357,19 @@ impl SignInSession {
             // it killed and reaped.
             let _ = handle.await;
         }
+        if let Some(log) = self.audit.take() {
+            let error = LaunchError::new(
+                crate::launch::report::Stage::Launcher,
+                "stopped",
+                "the worker stopped the sign-in",
+            );
+            let outcome = Outcome::not_run(
+                &provider_verdict(),
+                Some("provider sign-in".into()),
+                Some(error),
+            );
+            leave_receipt(Some(&log), &self.target, &outcome, self.started);
+        }
     }
 
     /// Waits for the sign-in to end (the person finished, or its session
@@ -327,7 +388,14 @@ impl SignInSession {
                 ),
             }),
         };
-        outcome_of(&verdict, tool, &self.target, done)
+        let outcome = outcome_of(&verdict, tool, &self.target, done);
+        leave_receipt(
+            self.audit.take().as_ref(),
+            &self.target,
+            &outcome,
+            self.started,
+        );
+        outcome
     }
 }
 

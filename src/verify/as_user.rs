@@ -122,10 +122,11 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
         let call = serde_json::to_vec(&json!({"tool": "shell", "args": {"command": command}}))
             .unwrap_or_default();
         let user = user.clone();
-        let (launcher, policy) = (launcher.clone(), policy.clone());
+        let (launcher, policy, audit) = (launcher.clone(), policy.clone(), plan.audit.clone());
         async move {
             let options = RunOptions {
                 timeout,
+                audit,
                 ..RunOptions::default()
             };
             drop_and_run(&DropRequest {

@@ -52,6 +52,8 @@ pub struct VerifyPlan {
     /// the executor may not write them, the gate itself is not probed on
     /// them.
     pub roles: Option<Roles>,
+    /// Where each probe call's receipt goes, if anywhere.
+    pub audit: Option<std::sync::Arc<crate::audit::AuditLog>>,
 }
 
 /// The three uids of the three-uid mode.
