@@ -144,6 +144,13 @@ fn a_thousand_calls_through_serve_leave_a_thousand_matching_receipts_and_no_valu
         assert_eq!(r.stderr_bytes, o["stderr"].as_str().unwrap().len() as u64);
         assert_eq!(r.launch_error, None);
         assert!(r.duration_us >= o["duration_us"].as_u64().unwrap(), "{r:?}");
+        assert_eq!(json!(r.memory_peak), o["limits"]["memory_peak"]);
+        assert_eq!(json!(r.pids_peak), o["limits"]["pids_peak"]);
+        // Where a memory cgroup limited the call, its peak is known.
+        let by = o["limits"]["memory_max"][1].as_str().unwrap_or_default();
+        if by.starts_with("cgroup") {
+            assert!(r.memory_peak.is_some_and(|p| p > 0), "{by}: {r:?}");
+        }
     }
     // Every 100th call printed its secret, and the worker got it back (no
     // masking yet): the outcome has it, the receipt does not.

@@ -135,6 +135,12 @@ fn set_limit(dir: &Path, file: &str, value: u64) -> bool {
     dir.join(file).exists() && write_file(&dir.join(file), &value.to_string()).is_ok()
 }
 
+/// The number a single-value cgroup file holds; `None` if the kernel has
+/// no such file.
+fn peak(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 /// The number after `key ` in a flat-keyed cgroup file, 0 if absent.
 fn counter(path: &Path, key: &str) -> u64 {
     let text = fs::read_to_string(path).unwrap_or_default();
@@ -304,6 +310,8 @@ impl CallCgroup {
         let counters = Counters {
             pids_max_hits: self.pids_max_hits(),
             oom_kills: self.oom_kills(),
+            memory_peak: self.memory_peak(),
+            pids_peak: self.pids_peak(),
         };
         match self.kill_all() {
             Ok(()) => {
@@ -318,6 +326,23 @@ impl CallCgroup {
                 Err(e)
             }
         }
+    }
+
+    /// The most memory the call's cgroup charged (`memory.peak` in v2,
+    /// `memory.max_usage_in_bytes` in v1), where the kernel keeps it.
+    fn memory_peak(&self) -> Option<u64> {
+        match (&self.v2, &self.memory) {
+            (Some(dir), _) if self.v2_memory => peak(&dir.join("memory.peak")),
+            (_, Some(dir)) => peak(&dir.join("memory.max_usage_in_bytes")),
+            _ => None,
+        }
+    }
+
+    /// The most processes the call's cgroup held (`pids.peak`), where the
+    /// kernel keeps it.
+    fn pids_peak(&self) -> Option<u64> {
+        let dir = if self.v2_pids { &self.v2 } else { &self.pids };
+        dir.as_ref().and_then(|dir| peak(&dir.join("pids.peak")))
     }
 
     /// How many processes the memory limit killed (`oom_kill` in v2's

@@ -39,6 +39,14 @@ pub struct AppliedLimits {
     /// How many processes of the call the memory limit OOM-killed.
     #[serde(default)]
     pub oom_kills: u64,
+    /// The most memory the call's cgroup charged, in bytes, where the
+    /// kernel keeps it (`memory.peak`, `memory.max_usage_in_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak: Option<u64>,
+    /// The most processes the call's cgroup held, where the kernel keeps
+    /// it (`pids.peak`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_peak: Option<u64>,
     /// The fallback used when there is no cgroup v2 (the v1 cgroups killed
     /// through pidfds, or the per-user sweep), said so it is never assumed.
     pub note: Option<String>,
@@ -51,4 +59,8 @@ pub struct Counters {
     pub pids_max_hits: u64,
     /// Processes killed by the memory limit.
     pub oom_kills: u64,
+    /// The most memory the call's cgroup charged, where the kernel keeps it.
+    pub memory_peak: Option<u64>,
+    /// The most processes the call's cgroup held, where the kernel keeps it.
+    pub pids_peak: Option<u64>,
 }

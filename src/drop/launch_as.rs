@@ -133,6 +133,8 @@ pub(crate) async fn launch_as(
     let done = done?;
     applied.pids_max_hits = done.counters.pids_max_hits;
     applied.oom_kills = done.counters.oom_kills;
+    applied.memory_peak = done.counters.memory_peak;
+    applied.pids_peak = done.counters.pids_peak;
     applied.cleanup_error = done.cgroup_error.clone();
     Ok((done, applied))
 }

@@ -72,6 +72,8 @@ pub fn outcome_receipt(
         duration_us: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
         pids_max_hits: limits.map(|l| l.pids_max_hits),
         oom_kills: limits.map(|l| l.oom_kills),
+        memory_peak: limits.and_then(|l| l.memory_peak),
+        pids_peak: limits.and_then(|l| l.pids_peak),
         stdout_bytes: outcome.stdout.len() as u64,
         stderr_bytes: outcome.stderr.len() as u64,
         launch_error: outcome.launch_error.as_ref().map(|e| e.code.clone()),
