@@ -15,37 +15,7 @@ use std::process::{Command, Stdio};
 use serde_json::{json, Value};
 use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, RecordKind};
 
-use common::{stdout, tono, tono_bin, TestUser};
-
-/// A root-only folder of this test's own, removed when dropped.
-struct LogDir(PathBuf);
-
-impl LogDir {
-    fn new(tag: &str) -> Self {
-        let dir = PathBuf::from(format!(
-            "/var/lib/tono-test-audit/{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
-        std::fs::set_permissions(
-            dir.parent().unwrap(),
-            std::fs::Permissions::from_mode(0o700),
-        )
-        .unwrap();
-        Self(dir)
-    }
-
-    fn log(&self) -> PathBuf {
-        self.0.join("audit.jsonl")
-    }
-}
-
-impl Drop for LogDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{stdout, tono, tono_bin, AuditDir, TestUser};
 
 fn records(path: &Path) -> Vec<AuditRecord> {
     std::fs::read_to_string(path)
@@ -66,7 +36,7 @@ fn verify(paths: &[&Path]) -> (i32, String) {
 #[test]
 fn a_thousand_calls_through_serve_leave_a_thousand_matching_receipts_and_no_value() {
     need_root!();
-    let dir = LogDir::new("serve");
+    let dir = AuditDir::new("serve");
     let users: Vec<TestUser> = (0..8).map(|_| TestUser::with_key()).collect();
     let canaries: Vec<String> = users
         .iter()
@@ -184,7 +154,7 @@ fn appended(log: &Path, n: u64) {
 #[test]
 fn audit_verify_names_the_line_of_each_tampering() {
     need_root!();
-    let dir = LogDir::new("tamper");
+    let dir = AuditDir::new("tamper");
     let log = dir.log();
     appended(&log, 10);
     let good = std::fs::read(&log).unwrap();
@@ -236,7 +206,7 @@ fn audit_verify_names_the_line_of_each_tampering() {
 #[test]
 fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() {
     need_root!();
-    let dir = LogDir::new("kill");
+    let dir = AuditDir::new("kill");
     let log = dir.log();
     let u = TestUser::with_key();
     let call = |i: usize| {
@@ -326,7 +296,7 @@ fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() 
 #[test]
 fn the_log_is_refused_where_root_is_not_alone_and_a_planted_link_is_never_followed() {
     need_root!();
-    let dir = LogDir::new("modes");
+    let dir = AuditDir::new("modes");
     std::fs::create_dir_all(&dir.0).unwrap();
     let open = |path: &Path| AuditLog::open(AuditConfig::at(path)).map(drop);
 
@@ -382,7 +352,7 @@ fn the_log_is_refused_where_root_is_not_alone_and_a_planted_link_is_never_follow
 #[test]
 fn provisioning_commands_leave_receipts_with_names_and_no_values() {
     need_root!();
-    let dir = LogDir::new("keys");
+    let dir = AuditDir::new("keys");
     let log = dir.log();
     let log_arg = log.to_str().unwrap();
     let u = TestUser::bare();
@@ -442,7 +412,7 @@ fn provisioning_commands_leave_receipts_with_names_and_no_values() {
 #[test]
 fn a_log_rotated_by_size_verifies_as_one_chain_and_a_lost_file_is_named() {
     need_root!();
-    let dir = LogDir::new("rotate");
+    let dir = AuditDir::new("rotate");
     let log = dir.log();
     {
         let writer = AuditLog::open(AuditConfig {

@@ -205,34 +205,20 @@ fn only_the_providers_own_link_from_the_pipe_is_a_prompt() {
 
 /// An audit log of the test's own, in a root-only folder.
 struct Receipts {
-    dir: PathBuf,
+    dir: common::AuditDir,
     log: Arc<tono_seal::audit::AuditLog>,
 }
 
 impl Receipts {
     fn new(tag: &str) -> Self {
-        let dir = PathBuf::from(format!(
-            "/var/lib/tono-test-audit/{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let config = tono_seal::audit::AuditConfig::at(dir.join("audit.jsonl"));
+        let dir = common::AuditDir::new(tag);
+        let config = tono_seal::audit::AuditConfig::at(dir.log());
         let log = Arc::new(tono_seal::audit::AuditLog::open(config).unwrap());
         Self { dir, log }
     }
 
     fn records(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.join("audit.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Receipts {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.dir.records()
     }
 }
 

@@ -45,17 +45,13 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
     assert!(probes.len() > 40, "{} probes", probes.len());
 
     // With --audit, every probe call as a user leaves a receipt.
-    let dir = format!("/var/lib/tono-test-audit/verify-{}", std::process::id());
-    let log = format!("{dir}/audit.jsonl");
+    let dir = common::AuditDir::new("verify");
+    let log = dir.log().display().to_string();
     let mut audited = users.to_vec();
     audited.extend(["--audit", log.as_str()]);
     let (code, _) = verify(&audited);
     assert_eq!(code, 0);
-    let receipts: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let receipts = dir.records();
     let users_seen: std::collections::BTreeSet<&str> =
         receipts.iter().filter_map(|r| r["user"].as_str()).collect();
     assert_eq!(users_seen, [a.name(), b.name()].into_iter().collect());
@@ -64,7 +60,7 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
         .all(|r| r["kind"] == "call" && r["tool"] == "shell"));
     let checked = common::tono(&["audit", "verify", &log], b"");
     assert!(checked.status.success(), "{}", common::stdout(&checked));
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
 
     // A home opened to others.
     a.sh("chmod 0755 $HOME");

@@ -4,7 +4,7 @@
 //! where the v1 `pids`/`memory` controllers are mounted, their `tono/`), one
 //! child cgroup per call; the launcher enters it while still root, before
 //! the drop, or the worker moves a waiting launcher into it (its unreaped
-//! child, see [`crate::drop::pool`]). The cgroup files stay root's, so the user
+//! child, waiting in the launcher pool). The cgroup files stay root's, so the user
 //! cannot move itself out. When the call ends the worker writes `1` to
 //! `cgroup.kill`, waits (bounded) for `populated 0`, and then removes the
 //! cgroup on a background thread. A cgroup that cannot

@@ -277,3 +277,39 @@ pub fn limits_note(out: &tono_seal::Outcome) -> String {
         .and_then(|l| l.note.clone())
         .unwrap_or_default()
 }
+
+/// A root-only folder for one test's audit log
+/// (`/var/lib/tono-test-audit/<tag>-<pid>`), removed when dropped.
+pub struct AuditDir(pub PathBuf);
+
+impl AuditDir {
+    pub fn new(tag: &str) -> Self {
+        let base = Path::new("/var/lib/tono-test-audit");
+        std::fs::create_dir_all(base).unwrap();
+        std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let dir = base.join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self(dir)
+    }
+
+    /// The active log file.
+    pub fn log(&self) -> PathBuf {
+        self.0.join("audit.jsonl")
+    }
+
+    /// The active file's records, as JSON.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.log())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for AuditDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
