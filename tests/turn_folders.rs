@@ -209,6 +209,52 @@ fn users_are_made_exactly_as_allotted_or_not_at_all() {
 }
 
 #[test]
+fn the_account_lock_is_never_a_file_a_user_could_plant() {
+    need_root!();
+    let _off = NoLinkProtection::new();
+    // The lock of earlier versions: a file in the world-writable /run/lock.
+    let planted = Path::new("/run/lock/tono-accounts.lock");
+    let canary = PathBuf::from(format!(
+        "/var/lib/tono-test-lock-canary-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(planted);
+    let _ = std::fs::remove_file(&canary);
+    std::os::unix::fs::symlink(&canary, planted).unwrap();
+    nix::unistd::fchownat(
+        None,
+        planted,
+        Some(nix::unistd::Uid::from_raw(65534)),
+        None,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    // Positive control: a root open of that path goes where the link says.
+    drop(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(planted)
+            .unwrap(),
+    );
+    assert!(canary.exists(), "the planted link leads a by-path open");
+    std::fs::remove_file(&canary).unwrap();
+
+    let name = "tonotest61974";
+    let _user = Allotted(name.into());
+    account::ensure_user(name, 61974, 61974, Path::new("/home")).unwrap();
+    account::remove_user(name).unwrap();
+    std::fs::remove_file(planted).unwrap();
+    assert!(
+        !canary.exists(),
+        "making and removing a user followed the planted lock link"
+    );
+    let lock = std::fs::metadata(account::ACCOUNT_LOCK_DIR).unwrap();
+    assert_eq!((lock.uid(), lock.mode() & 0o7777), (0, 0o700));
+}
+
+#[test]
 fn two_workers_racing_to_make_the_same_user_agree() {
     need_root!();
     let names = ["tonotest61960", "tonotest61961"];

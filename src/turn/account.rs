@@ -17,7 +17,6 @@
 //!   that never follow a link ([`RootDir::remove_tree`]).
 #![forbid(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
@@ -28,8 +27,10 @@ use super::run_as::FIRST_ALLOTTED_ID;
 use crate::fs::root_dir::{Component, RootDir};
 use crate::user::{valid_login_name, TargetUser, UserSpec};
 
-/// The lock file that serializes user creation and removal.
-pub const ACCOUNT_LOCK: &str = "/run/lock/tono-accounts.lock";
+/// The root-only folder whose lock serializes user creation and removal
+/// (never a file in the world-writable `/run/lock`, where a user could
+/// plant a link or a FIFO for root to open).
+pub const ACCOUNT_LOCK_DIR: &str = "/run/tono/accounts";
 /// Where homes are made unless configured otherwise.
 pub const DEFAULT_HOME_BASE: &str = "/home";
 /// The worker's own folders, where no home may be.
@@ -62,23 +63,19 @@ pub enum AccountError {
 }
 
 /// Held while an account is created or removed; unlocked on drop.
-struct Lock(#[allow(dead_code)] nix::fcntl::Flock<File>);
+struct Lock(#[allow(dead_code)] nix::fcntl::Flock<std::os::fd::OwnedFd>);
 
+/// Locks [`ACCOUNT_LOCK_DIR`], made root's alone (`0700`) if missing and
+/// opened by fd from `/`, every ancestor checked ([`RootDir`]).
 fn lock() -> Result<Lock, AccountError> {
     let tool = |detail: String| AccountError::Tool {
         tool: "flock",
-        name: ACCOUNT_LOCK.into(),
+        name: ACCOUNT_LOCK_DIR.into(),
         detail,
     };
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(ACCOUNT_LOCK)
-        .map_err(|e| tool(e.to_string()))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map(Lock)
-        .map_err(|(_, e)| tool(e.to_string()))
+    let dir =
+        RootDir::open(Path::new(ACCOUNT_LOCK_DIR), Some(0o700)).map_err(|e| tool(e.to_string()))?;
+    dir.lock().map(Lock).map_err(|e| tool(e.to_string()))
 }
 
 /// How often a tool is retried while another program holds the passwd lock.
