@@ -35,7 +35,7 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -107,11 +107,27 @@ pub struct CallCgroup {
     uid: u32,
 }
 
+/// The mode of every cgroup folder the worker makes: root's, searchable,
+/// never writable by others, whatever the worker's umask (cgroupfs takes
+/// the mode of `mkdir` after the umask, so a worker started with umask 0
+/// made folders a user could make cgroups in).
+const CGROUP_DIR_MODE: u32 = 0o755;
+
+/// Makes the cgroup folder `dir` with exactly [`CGROUP_DIR_MODE`].
+fn make_cgroup_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().mode(CGROUP_DIR_MODE).create(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(CGROUP_DIR_MODE))
+}
+
 fn ensure_base(mount: &Path) -> io::Result<PathBuf> {
     let base = mount.join(BASE_NAME);
-    match fs::create_dir(&base) {
+    match make_cgroup_dir(&base) {
         Ok(()) => Ok(base),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(base),
+        // A base an earlier worker made is given the mode again.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::set_permissions(&base, fs::Permissions::from_mode(CGROUP_DIR_MODE))?;
+            Ok(base)
+        }
         Err(e) => Err(e),
     }
 }
@@ -178,7 +194,7 @@ impl CallCgroup {
         let v2 = match &mounts.v2 {
             Some(m) => {
                 let dir = ensure_v2_base(m)?.join(&name);
-                fs::create_dir(&dir)?;
+                make_cgroup_dir(&dir)?;
                 limits.cgroup_v2 = true;
                 // Delegated v2 controllers come first; v1 only where absent.
                 v2_pids = set_limit(&dir, "pids.max", pids_max);
@@ -208,7 +224,7 @@ impl CallCgroup {
             ensure_base(mount)
                 .and_then(|base| {
                     let dir = base.join(&name);
-                    fs::create_dir(&dir)?;
+                    make_cgroup_dir(&dir)?;
                     if let Err(e) = write_file(&dir.join(file), &value.to_string()) {
                         let _ = fs::remove_dir(&dir);
                         return Err(e);
