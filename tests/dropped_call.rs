@@ -260,7 +260,7 @@ fn the_tool_runs_with_the_users_ids_no_groups_no_caps_and_cannot_rise() {
     let out = shell(
         &u.user,
         &[],
-        "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs):' /proc/self/status",
+        "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status",
         &[],
     );
     let status = out.stdout;
@@ -271,6 +271,7 @@ fn the_tool_runs_with_the_users_ids_no_groups_no_caps_and_cannot_rise() {
         "CapInh:\t0000000000000000".into(),
         "CapPrm:\t0000000000000000".into(),
         "CapEff:\t0000000000000000".into(),
+        "CapBnd:\t0000000000000000".into(),
         "CapAmb:\t0000000000000000".into(),
         "NoNewPrivs:\t1".into(),
     ] {

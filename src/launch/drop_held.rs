@@ -4,7 +4,7 @@
 //!
 //! [`check_drop_held`] passes only if: real, effective and saved uid and gid
 //! are the target's; there are no supplementary groups; `CapInh`, `CapPrm`,
-//! `CapEff` and `CapAmb` in `/proc/self/status` are all zero; `NoNewPrivs`
+//! `CapEff`, `CapBnd` and `CapAmb` in `/proc/self/status` are all zero; `NoNewPrivs`
 //! is 1; and `setuid(0)` and `setgid(0)` both fail with `EPERM`.
 #![forbid(unsafe_code)]
 
@@ -111,7 +111,7 @@ fn read_proc_status(buf: &mut [u8; 4096]) -> Result<usize, LaunchError> {
 /// Checks the text of `/proc/self/status`; pure, for unit tests.
 pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> {
     let text = std::str::from_utf8(text).map_err(|_| "status is not UTF-8".to_string())?;
-    let mut seen = 0u8;
+    let mut seen = 0u16;
     for line in text.lines() {
         let Some((key, value)) = line.split_once(':') else {
             continue;
@@ -134,7 +134,7 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
                 }
                 seen |= 4;
             }
-            "CapInh" | "CapPrm" | "CapEff" | "CapAmb" => {
+            "CapInh" | "CapPrm" | "CapEff" | "CapBnd" | "CapAmb" => {
                 if u64::from_str_radix(value, 16) != Ok(0) {
                     return Err(format!("{key}: is {value}, expected 0"));
                 }
@@ -142,6 +142,7 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
                     "CapInh" => 8,
                     "CapPrm" => 16,
                     "CapEff" => 32,
+                    "CapBnd" => 256,
                     _ => 64,
                 };
             }
@@ -154,7 +155,7 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
             _ => {}
         }
     }
-    if seen != 0xff {
+    if seen != 0x1ff {
         return Err(format!(
             "/proc/self/status lacks fields (seen mask {seen:#04x})"
         ));
@@ -166,12 +167,16 @@ pub fn check_status_text(text: &[u8], uid: u32, gid: u32) -> Result<(), String> 
 mod tests {
     use super::*;
 
-    fn status(uid: &str, groups: &str, eff: &str, nnp: &str) -> String {
+    fn status_with(uid: &str, groups: &str, eff: &str, bnd: &str, nnp: &str) -> String {
         format!(
             "Name:\tx\nUid:\t{uid}\nGid:\t7\t7\t7\t7\nGroups:\t{groups}\nCapInh:\t0000000000000000\n\
-             CapPrm:\t0000000000000000\nCapEff:\t{eff}\nCapBnd:\t000001ffffffffff\n\
+             CapPrm:\t0000000000000000\nCapEff:\t{eff}\nCapBnd:\t{bnd}\n\
              CapAmb:\t0000000000000000\nNoNewPrivs:\t{nnp}\n"
         )
+    }
+
+    fn status(uid: &str, groups: &str, eff: &str, nnp: &str) -> String {
+        status_with(uid, groups, eff, "0000000000000000", nnp)
     }
 
     #[test]
@@ -187,6 +192,7 @@ mod tests {
             status("5\t5\t5\t5", "27", "0000000000000000", "1"),
             status("5\t5\t5\t5", "", "0000000000000400", "1"),
             status("5\t5\t5\t5", "", "0000000000000000", "0"),
+            status_with("5\t5\t5\t5", "", "0", "000001ffffffffff", "1"),
         ];
         for text in cases {
             assert!(check_status_text(text.as_bytes(), 5, 7).is_err(), "{text}");

@@ -6,8 +6,8 @@
 //! 1. as root, with syscalls only: reads the plan and closes fd 3, closes
 //!    every fd above the status pipe (`close_range`), marks the status pipe
 //!    CLOEXEC, checks the plan against the passwd file, `setsid()`s, sets
-//!    `RLIMIT_CORE` 0 and the plan's `RLIMIT_NOFILE`/`RLIMIT_NPROC`, then
-//!    `setgroups([])`, `setresgid`, `setresuid`, `PR_SET_NO_NEW_PRIVS`, and
+//!    `RLIMIT_CORE` 0 and the plan's `RLIMIT_NOFILE`/`RLIMIT_NPROC`, drops
+//!    the capability bounding set, then `setgroups([])`, `setresgid`, `setresuid`, `PR_SET_NO_NEW_PRIVS`, and
 //!    `PR_SET_PDEATHSIG(SIGKILL)` (set after the credential change, which
 //!    clears it);
 //! 2. verifies the drop held ([`super::drop_held::check_drop_held`]); any
@@ -192,6 +192,8 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
         setrlimit(Resource::RLIMIT_AS, bytes, bytes).map_err(drop_error("setrlimit(RLIMIT_AS)"))?;
     }
     let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
+    // While still root (CAP_SETPCAP): no capability can come back later.
+    sys::drop_capability_bounding_set().map_err(drop_error("prctl(PR_CAPBSET_DROP)"))?;
     nix::unistd::setgroups(&[]).map_err(drop_error("setgroups([])"))?;
     nix::unistd::setresgid(gid, gid, gid).map_err(drop_error("setresgid"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(drop_error("setresuid"))?;
@@ -325,6 +327,14 @@ fn exec_program(
     sys::default_all_signals().map_err(|e| {
         LaunchError::sys(Stage::Exec, "signal_failed", "reset signal dispositions", e)
     })?;
+    // No signal blocked in the program, whoever started this launcher (the
+    // worker's posix_spawn already clears the mask; this does not rely on it).
+    nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    )
+    .map_err(|e| LaunchError::sys(Stage::Exec, "signal_failed", "clear the signal mask", e))?;
     let errno = match nix::unistd::execve(&program, &argv_refs, &env_refs) {
         Err(e) => e,
         Ok(never) => match never {},

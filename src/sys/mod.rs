@@ -19,6 +19,7 @@ pub mod spawn;
 
 pub use fd::{close_fds_from, open_beneath, take_inherited_fd};
 pub use process::{
-    default_all_signals, pidfd_open, pidfd_send_signal, reap, try_reap, watch_pidfd,
+    default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,
+    try_reap, watch_pidfd,
 };
 pub use spawn::{dup_above, pipe_above_status, spawn_launcher, StdioFrom, PLAN_FD, STATUS_FD};

@@ -115,3 +115,35 @@ pub fn watch_pidfd(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedF
     }
     .map_err(|e| e.into_parts().1)
 }
+
+/// Drops every capability from the bounding set (`PR_CAPBSET_DROP` for each
+/// up to `/proc/sys/kernel/cap_last_cap`), so that nothing this process
+/// runs can ever gain one, even through a file capability. Needs
+/// `CAP_SETPCAP`: call it while still root. Dropping one already gone is
+/// not an error.
+pub fn drop_capability_bounding_set() -> Result<(), Errno> {
+    let last: libc::c_ulong = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(63);
+    for cap in 0..=last {
+        // SAFETY: PR_CAPBSET_DROP takes plain integers (the capability
+        // number, then three unused zeros) and touches no memory of ours.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_CAPBSET_DROP,
+                cap,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        match Errno::result(rc) {
+            Ok(_) => {}
+            // A number past the kernel's last capability.
+            Err(Errno::EINVAL) if cap > 40 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
