@@ -781,3 +781,87 @@ fn the_worker_has_no_core_file_limit_above_zero() {
     drop(worker.stdin.take());
     assert!(worker.wait().unwrap().success());
 }
+
+#[test]
+fn a_launcher_a_user_could_replace_is_refused_before_it_starts() {
+    need_root!();
+    use std::os::unix::fs::PermissionsExt;
+    let u = TestUser::with_key();
+    let base = std::path::PathBuf::from(format!(
+        "/var/lib/tono-test-launcher-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rt = rt();
+    let call = br#"{"tool":"spawn","args":{"argv":["/bin/true"]}}"#;
+    /// Case, folder mode and owner, binary mode and owner, the refusal.
+    type Case<'a> = (&'a str, u32, u32, u32, u32, Option<&'a str>);
+    let user = u.user.uid;
+    let cases: [Case<'_>; 6] = [
+        ("root's", 0o755, 0, 0o755, 0, None),
+        ("sticky folder", 0o1777, 0, 0o755, 0, None),
+        (
+            "open folder",
+            0o777,
+            0,
+            0o755,
+            0,
+            Some("writable by group or others (mode 0777)"),
+        ),
+        (
+            "user's folder",
+            0o755,
+            user,
+            0o755,
+            0,
+            Some(&format!("owned by uid {user}")),
+        ),
+        (
+            "open binary",
+            0o755,
+            0,
+            0o757,
+            0,
+            Some("writable by group or others (mode 0757)"),
+        ),
+        (
+            "user's binary",
+            0o755,
+            0,
+            0o755,
+            user,
+            Some(&format!("owned by uid {user}")),
+        ),
+    ];
+    for (case, folder_mode, folder_owner, file_mode, file_owner, refusal) in cases {
+        let folder = base.join(case.replace([' ', '\''], "-"));
+        std::fs::create_dir(&folder).unwrap();
+        let binary = folder.join("tono-launch");
+        std::fs::copy(common::launch_bin(), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(file_mode)).unwrap();
+        std::os::unix::fs::chown(&binary, Some(file_owner), None).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(folder_mode)).unwrap();
+        std::os::unix::fs::chown(&folder, Some(folder_owner), None).unwrap();
+        let launcher = tono_seal::drop::Launcher::at(&binary);
+        let out = rt.block_on(drop_and_run(&DropRequest {
+            launcher: &launcher,
+            policy: &Policy::default(),
+            user: &u.user,
+            grants: &[],
+            call,
+            options: RunOptions::default(),
+        }));
+        match refusal {
+            None => assert_eq!(out.exit_code, Some(0), "{case}: {out:?}"),
+            Some(why) => {
+                let error = out.launch_error.as_ref().expect(case);
+                assert_eq!(error.code, "launcher_insecure", "{case}: {error:?}");
+                assert!(error.message.contains(why), "{case}: {}", error.message);
+                assert_eq!(out.exit_code, None, "{case}: nothing ran");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}

@@ -226,11 +226,12 @@ pub async fn launch_tapped(
     setup: Option<Setup<'_>>,
     mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
+    let path = launcher.check_installed()?;
     let capture = matches!(output, Output::Capture(_));
     let limits = setup.as_ref().and_then(|s| s.cgroup_limits);
     let pooled = match limits {
         Some(limits) if launcher.pooled && input == Input::Null && capture => {
-            pool::take(launcher.path(), limits)
+            pool::take(&path, limits)
         }
         _ => None,
     };
@@ -242,8 +243,8 @@ pub async fn launch_tapped(
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = start(launcher.path(), null.as_ref(), capture)
-                .map_err(|e| spawn_error(&format!("start {}", launcher.path().display()), e))?;
+            let started = start(&path, null.as_ref(), capture)
+                .map_err(|e| spawn_error(&format!("start {}", path.display()), e))?;
             (started, None)
         }
     };

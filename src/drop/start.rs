@@ -14,6 +14,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::Mutex;
+
+use crate::fs::root_path::check_root_path;
+use crate::launch::report::{LaunchError, Stage};
 use crate::sys;
 
 /// Where the launcher binary is.
@@ -53,6 +57,28 @@ impl Launcher {
     /// The launcher's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Refuses a launcher that a user could replace: the binary and every
+    /// folder above it must be root's and closed to others (a sticky folder
+    /// passes). Returns the canonical path that was checked, which is the
+    /// one to start. Checked before the first launch from each path, then
+    /// remembered for the process.
+    pub fn check_installed(&self) -> Result<PathBuf, LaunchError> {
+        static CHECKED: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+        let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, canonical)) = checked.iter().find(|(p, _)| *p == self.path) {
+            return Ok(canonical.clone());
+        }
+        let canonical = check_root_path(&self.path).map_err(|why| {
+            LaunchError::new(
+                Stage::Spawn,
+                "launcher_insecure",
+                format!("refusing to start {}: {why}", self.path.display()),
+            )
+        })?;
+        checked.push((self.path.clone(), canonical.clone()));
+        Ok(canonical)
     }
 }
 

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod root_dir;
+pub mod root_path;
 pub mod tree;
 
 pub use root_dir::{Component, RootDir, RootDirError};
