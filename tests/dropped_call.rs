@@ -865,3 +865,73 @@ fn a_launcher_a_user_could_replace_is_refused_before_it_starts() {
     }
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+#[test]
+fn a_dropped_http_read_sends_its_headers_but_never_in_an_argv() {
+    need_root!();
+    use std::io::{Read, Write};
+    let u = TestUser::with_key();
+    let canary = format!("canary-{:016x}", rand::random::<u64>());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let looked_for = canary.clone();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        // While curl waits for the answer, read every process's argv.
+        let mut in_argv = Vec::new();
+        let mut argvs_read = 0;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+                argvs_read += 1;
+                if cmdline
+                    .windows(looked_for.len())
+                    .any(|w| w == looked_for.as_bytes())
+                {
+                    in_argv.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+                }
+            }
+        }
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            .unwrap();
+        (
+            String::from_utf8_lossy(&request).into_owned(),
+            in_argv,
+            argvs_read,
+        )
+    });
+    let url = format!("http://127.0.0.1:{port}/");
+    let call = json!({"tool": "http_get", "args": {"url": url, "headers": {"X-Canary": canary}}});
+    let out = rt().block_on(call_as(&u.user, &[], call, RunOptions::default()));
+    let (request, in_argv, argvs_read) = server.join().unwrap();
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (Some(0), "ok"),
+        "{out:?}"
+    );
+    assert!(
+        request.contains(&format!("X-Canary: {canary}")),
+        "positive control: the header was sent: {request}"
+    );
+    assert!(argvs_read > 10, "only {argvs_read} argvs read");
+    assert!(in_argv.is_empty(), "the header is in an argv: {in_argv:?}");
+
+    // A value that would smuggle a second header is refused, not sent (the
+    // classifier's refusal; the plan's own header check is behind it).
+    let smuggled = json!({"tool": "http_get", "args": {
+        "url": format!("http://127.0.0.1:{port}/"), "headers": {"X-A": "v\r\nX-B: w"}}});
+    let out = rt().block_on(call_as(&u.user, &[], smuggled, RunOptions::default()));
+    assert_eq!(
+        (out.verdict, out.reason.as_str()),
+        (tono_seal::classify::VerdictKind::Refuse, "header_injection"),
+        "{out:?}"
+    );
+}

@@ -121,6 +121,30 @@ fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretB
     Ok(bound)
 }
 
+/// The headers as `Name: value` lines, for curl's `--header @-`. A name
+/// that is not an HTTP token, or a value with CR, LF or NUL (which would
+/// smuggle a second header or line), refuses the call.
+fn header_lines(headers: &std::collections::BTreeMap<String, String>) -> Result<String, Verdict> {
+    let mut lines = String::new();
+    for (name, value) in headers {
+        let bad_name = name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if bad_name || value.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+            return Err(Verdict::refuse(
+                "args_invalid",
+                format!(
+                    "header {:?} is not a valid HTTP header",
+                    name.escape_debug().to_string()
+                ),
+            ));
+        }
+        lines.push_str(&format!("{name}: {value}\n"));
+    }
+    Ok(lines)
+}
+
 pub(super) fn prepare(
     kind: ToolKind,
     call: &ToolCall,
@@ -208,30 +232,59 @@ pub(super) fn prepare(
             // Dropped reads run as the user with curl: the worker's network
             // position and credentials are not lent to them.
             let a: HttpArgs = args(call)?;
-            let mut argv: Vec<String> = [
-                "curl",
-                "--silent",
-                "--show-error",
-                "--proto",
-                "=http,https",
-                "--max-redirs",
-                "5",
-            ]
-            .map(String::from)
-            .into();
+            let headers = header_lines(&a.headers)?;
+            // The headers reach curl on a pipe (`--header @-`), never in
+            // its argv, which every local user can read in /proc; the
+            // variable that carries them to the shell is readable only by
+            // the user itself.
+            let mut script = String::from(
+                "printf '%s' \"$TONO_HTTP_HEADERS\" | exec curl --silent --show-error \
+                 --proto =http,https --max-redirs 5",
+            );
             if kind == ToolKind::HttpHead {
-                argv.push("--head".into());
+                script.push_str(" --head");
             }
-            for (k, v) in a.headers {
-                argv.push("--header".into());
-                argv.push(format!("{k}: {v}"));
+            if !headers.is_empty() {
+                script.push_str(" --header @-");
             }
-            argv.push("--".into());
-            argv.push(a.url);
+            script.push_str(" -- \"$1\"");
+            let argv = ["/bin/sh", "-c", &script, "curl", &a.url]
+                .map(String::from)
+                .into();
+            let mut env = env.clone();
+            env.push(("TONO_HTTP_HEADERS".into(), headers));
             Prepared {
-                action: exec(argv, None, Vec::new()),
+                action: Action::Exec(ExecPlan {
+                    argv,
+                    cwd: None,
+                    env,
+                    secrets: Vec::new(),
+                }),
                 timeout: None,
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lines_refuse_what_would_break_a_line_or_a_name() {
+        let one = |k: &str, v: &str| {
+            header_lines(&[(k.to_owned(), v.to_owned())].into_iter().collect())
+                .map_err(|v| v.code().to_owned())
+        };
+        assert_eq!(one("X-Token", "a b:c").unwrap(), "X-Token: a b:c\n");
+        for (k, v) in [
+            ("X A", "v"),
+            ("X:A", "v"),
+            ("", "v"),
+            ("X-A", "v\r\nX-B: w"),
+            ("X-A", "v\0"),
+        ] {
+            assert_eq!(one(k, v), Err("args_invalid".into()), "{k:?}: {v:?}");
+        }
+    }
 }
