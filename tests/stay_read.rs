@@ -53,6 +53,8 @@ async fn serve(listener: tokio::net::TcpListener, port: u16) {
                 "/to-metadata" => redirect("http://169.254.169.254/latest/meta-data/".into()),
                 "/to-rebind" => redirect(format!("http://rebind.example.com:{port}/ok")),
                 "/to-good" => redirect(format!("http://good.example.com:{port}/ok")),
+                "/to-same-headers" => redirect("/headers".into()),
+                "/to-other-headers" => redirect(format!("http://other.example.com:{port}/headers")),
                 "/to-userinfo" => redirect(format!("http://u:p@good.example.com:{port}/ok")),
                 "/loop" => redirect("/loop".into()),
                 _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -80,6 +82,7 @@ fn the_read_tool_checks_every_hop_and_every_address() {
         let policy = Policy::from_json(format!("{{\"stay_ports\":[{port}]}}").as_bytes()).unwrap();
         let resolver = FakeResolver(HashMap::from([
             ("good.example.com", vec![LOOPBACK]),
+            ("other.example.com", vec![LOOPBACK]),
             (
                 "rebind.example.com",
                 vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
@@ -142,6 +145,23 @@ fn the_read_tool_checks_every_hop_and_every_address() {
             .await
             .unwrap();
         assert_eq!((hop.status, hop.redirects), (200, 1));
+        // The caller's header goes to a hop on its own origin (positive
+        // control), and not to one on another origin.
+        let same = get(format!("{base}/to-same-headers"), allowed.clone())
+            .await
+            .unwrap();
+        let same = String::from_utf8_lossy(&same.body).into_owned();
+        assert!(same.contains("accept: text/plain"), "{same}");
+        let other = get(format!("{base}/to-other-headers"), allowed.clone())
+            .await
+            .unwrap();
+        assert_eq!(other.redirects, 1);
+        let other = String::from_utf8_lossy(&other.body).into_owned();
+        assert!(other.starts_with("get /headers"), "{other}");
+        assert!(
+            !other.contains("accept: text/plain"),
+            "sent to another origin: {other}"
+        );
         assert!(matches!(
             get(format!("{base}/loop"), allowed.clone()).await,
             Err(FetchError::TooManyRedirects)

@@ -7,8 +7,10 @@
 //! goes only to the checked addresses (`resolve_to_addrs`), so DNS rebinding
 //! between check and connect cannot reach the worker's network. Redirects
 //! are followed by hand, at most [`MAX_REDIRECTS`], each hop re-checked by
-//! the full URL rules and re-resolved. No proxy (the worker's `HTTP_PROXY`
-//! is ignored), no cookies, no ambient credentials; body and time capped.
+//! the full URL rules and re-resolved; the caller's headers are sent only
+//! to the origin the call named, never to a hop on another origin. No
+//! proxy (the worker's `HTTP_PROXY` is ignored), no cookies, no ambient
+//! credentials; body and time capped.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -188,6 +190,9 @@ async fn fetch_hops(
     resolver: &dyn AddrResolver,
 ) -> Result<Fetched, FetchError> {
     let mut current = check_hop(url, policy, cfg)?;
+    // The caller's headers (a token, say) go only to the origin it named,
+    // never to one a redirect names.
+    let origin = current.origin();
     for redirects in 0..=MAX_REDIRECTS {
         let port = current.port_or_known_default().unwrap_or(80);
         let mut builder = reqwest::Client::builder()
@@ -220,8 +225,10 @@ async fn fetch_hops(
             reqwest::Method::GET
         };
         let mut request = client.request(method, current.clone());
-        for (k, v) in headers {
-            request = request.header(k, v);
+        if current.origin() == origin {
+            for (k, v) in headers {
+                request = request.header(k, v);
+            }
         }
         let response = request
             .send()
