@@ -264,6 +264,41 @@ fn provider_programs_run_only_as_the_run_the_cloud_named() {
         &config,
     )
     .unwrap();
+    // A Bedrock run's environment holds the worker's AWS secret: the run's
+    // Debug (as a log line would print it) names it and shows no value.
+    let canary = format!("aws-secret-{:016x}", rand::random::<u64>());
+    let mut bedrock = EnvConfig {
+        bedrock: Some(tono_seal::env::BedrockSettings {
+            region: "eu-west-1".into(),
+            access_key_id: Some("AKIAEXAMPLE".into()),
+            secret_access_key: Some(canary.clone()),
+            session_token: None,
+        }),
+        ..EnvConfig::default()
+    };
+    let mut spec = ProviderSpec::builtin(Provider::Bedrock);
+    spec.status = Some(vec!["/bin/true".into()]);
+    bedrock.providers.insert(Provider::Bedrock, spec);
+    let aws = ProviderRun::new(
+        &member_run(&u, RunKind::StatusCheck),
+        Provider::Bedrock,
+        ProviderAction::Status,
+        &Arc::new(bedrock),
+    )
+    .unwrap();
+    assert!(
+        aws.env()
+            .iter()
+            .any(|(k, v)| k == "AWS_SECRET_ACCESS_KEY" && *v == canary),
+        "positive control: the run carries the secret"
+    );
+    let shown = format!("{aws:?}");
+    assert!(shown.contains("AWS_SECRET_ACCESS_KEY=…"), "{shown}");
+    assert!(
+        !shown.contains(&canary),
+        "the secret is in the run's Debug: {shown}"
+    );
+
     let receipts = Receipts::new("status");
     let run = run.with_audit(receipts.log.clone());
     let outcome = rt.block_on(run.run(&launcher(), Duration::from_secs(10)));

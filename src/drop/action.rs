@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::request::{SecretGrant, DEFAULT_READ_MAX};
 use crate::classify::{ToolCall, ToolKind, Verdict};
-use crate::launch::plan::{Action, ExecPlan, FileOp, SecretBinding};
+use crate::launch::plan::{Action, ExecPlan, FileOp, PlanEnv, SecretBinding};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -149,7 +149,7 @@ pub(super) fn prepare(
     kind: ToolKind,
     call: &ToolCall,
     grants: &[SecretGrant],
-    env: Vec<(String, String)>,
+    env: PlanEnv,
 ) -> Result<Prepared, Verdict> {
     let ms = |t: Option<u64>| t.map(Duration::from_millis);
     let exec = |argv, cwd, secrets| {
@@ -252,7 +252,7 @@ pub(super) fn prepare(
                 .map(String::from)
                 .into();
             let mut env = env.clone();
-            env.push(("TONO_HTTP_HEADERS".into(), headers));
+            env.push("TONO_HTTP_HEADERS".into(), headers);
             Prepared {
                 action: Action::Exec(ExecPlan {
                     argv,

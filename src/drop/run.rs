@@ -70,7 +70,7 @@ async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome
         return Outcome::not_run(&verdict, tool, Some(error));
     };
     let env = match EnvBuilder::for_run(req.user, &req.options.env) {
-        Ok(env) => env.build(),
+        Ok(env) => env.build().into(),
         Err(e) => {
             let error = LaunchError::new(Stage::Plan, "env_invalid", e.to_string());
             return Outcome::not_run(&verdict, tool, Some(error));

@@ -265,8 +265,12 @@ pub async fn launch_tapped(
     if let Some(setup) = setup {
         guard.cgroup = (setup.prepare)(&mut plan, placed)?;
     }
-    let plan_bytes = serde_json::to_vec(&plan)
-        .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?;
+    // The plan's environment can hold a turn's credential: its bytes are
+    // wiped once written (or when the launch is abandoned).
+    let plan_bytes = zeroize::Zeroizing::new(
+        serde_json::to_vec(&plan)
+            .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?,
+    );
 
     let pidfd = sys::pidfd_open(pid as u32).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;

@@ -108,10 +108,55 @@ pub struct ExecPlan {
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// The whole environment of the program (secrets are added to it).
-    pub env: Vec<(String, String)>,
+    pub env: PlanEnv,
     /// Secrets to unseal, each into its own variable.
     #[serde(default)]
     pub secrets: Vec<SecretBinding>,
+}
+
+/// A launched program's environment, by name. A turn's credential or the
+/// worker's Bedrock secret can be among the values, so each value is wiped
+/// when the environment is dropped and `Debug` shows names only.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PlanEnv(Vec<(String, String)>);
+
+impl PlanEnv {
+    /// Adds `name=value` at the end.
+    pub fn push(&mut self, name: String, value: String) {
+        self.0.push((name, value));
+    }
+}
+
+impl From<Vec<(String, String)>> for PlanEnv {
+    fn from(vars: Vec<(String, String)>) -> Self {
+        Self(vars)
+    }
+}
+
+impl std::ops::Deref for PlanEnv {
+    type Target = [(String, String)];
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for PlanEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| format!("{name}=…")))
+            .finish()
+    }
+}
+
+impl Drop for PlanEnv {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        for (_, value) in &mut self.0 {
+            value.zeroize();
+        }
+    }
 }
 
 /// One secret and the variable it goes to.
@@ -197,4 +242,27 @@ pub enum FileOp {
         /// The folder, absolute.
         path: PathBuf,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plans_environment_prints_names_and_never_values() {
+        let plan = ExecPlan {
+            argv: vec!["/bin/true".into()],
+            cwd: None,
+            env: vec![("TURN_TOKEN".to_owned(), "canary-value".to_owned())].into(),
+            secrets: Vec::new(),
+        };
+        let shown = format!("{plan:?}");
+        assert!(shown.contains("TURN_TOKEN=…"), "{shown}");
+        assert!(!shown.contains("canary-value"), "{shown}");
+        // The wire form is unchanged: a list of pairs.
+        let json = serde_json::to_string(&plan.env).unwrap();
+        assert_eq!(json, r#"[["TURN_TOKEN","canary-value"]]"#);
+        let back: PlanEnv = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, plan.env);
+    }
 }

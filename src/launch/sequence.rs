@@ -293,7 +293,7 @@ fn exec_program(
         }
     }
     let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
-    for (name, value) in &exec.env {
+    for (name, value) in exec.env.iter() {
         let entry = CString::new(format!("{name}={value}")).map_err(|_| {
             bad(
                 "env_invalid",

@@ -150,7 +150,7 @@ impl ProviderRun {
             exec: ExecPlan {
                 argv: program,
                 cwd: None,
-                env,
+                env: env.into(),
                 secrets: Vec::new(),
             },
             audit: None,
