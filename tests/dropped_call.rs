@@ -935,3 +935,42 @@ fn a_dropped_http_read_sends_its_headers_but_never_in_an_argv() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_worker_acts_only_as_users_with_an_own_account_in_its_range() {
+    need_root!();
+    let a = TestUser::with_key();
+    let code = |out: &Outcome| out.launch_error.as_ref().map(|e| e.code.clone());
+    // Positive control: the user runs.
+    let ok = shell(&a.user, &[], "true", &[]);
+    assert_eq!((ok.exit_code, code(&ok)), (Some(0), None), "{ok:?}");
+    // System accounts (daemon's home exists) and nobody: refused, nothing runs.
+    for name in ["daemon", "nobody"] {
+        let system = TargetUser::resolve(name).expect(name);
+        let out = shell(&system, &[], "true", &[]);
+        assert_eq!(
+            (out.exit_code, code(&out)),
+            (None, Some("user_system".into())),
+            "{name}: {out:?}"
+        );
+    }
+    // A range the operator narrowed.
+    let narrowed = RunOptions {
+        allotted: tono_seal::user::AllottedRange::parse("62000-62999").unwrap(),
+        ..RunOptions::default()
+    };
+    let call = json!({"tool": "shell", "args": {"command": "true"}});
+    let out = rt().block_on(call_as(&a.user, &[], call.clone(), narrowed));
+    assert_eq!(code(&out), Some("user_outside_range".into()), "{out:?}");
+    // Another user with the same primary group: its files would be reachable.
+    let sharer = common::GroupSharer::of(&a);
+    let out = shell(&a.user, &[], "true", &[]);
+    assert_eq!(
+        (out.exit_code, code(&out)),
+        (None, Some("user_group_shared".into())),
+        "{out:?}"
+    );
+    drop(sharer);
+    let ok = shell(&a.user, &[], "true", &[]);
+    assert_eq!(ok.exit_code, Some(0), "alone again: {ok:?}");
+}

@@ -45,6 +45,23 @@ pub struct AuditArg {
     pub audit: Option<PathBuf>,
 }
 
+/// Which users calls may run as.
+#[derive(Debug, Args)]
+pub struct AllottedArg {
+    /// The uids and gids calls may run as, FIRST-LAST (default 1000 up to
+    /// 2147483647; system accounts, nobody and users with a shared primary
+    /// group are refused whatever the range).
+    #[arg(long = "allotted-uids", value_name = "FIRST-LAST", value_parser = crate::user::AllottedRange::parse)]
+    pub allotted_uids: Option<crate::user::AllottedRange>,
+}
+
+impl AllottedArg {
+    /// The range given, or the default.
+    pub fn range(&self) -> crate::user::AllottedRange {
+        self.allotted_uids.unwrap_or_default()
+    }
+}
+
 /// Where a worker writes its receipts (on by default).
 #[derive(Debug, Args)]
 pub struct WorkerAuditArgs {
@@ -231,6 +248,8 @@ pub enum Command {
         env: EnvArgs,
         #[command(flatten)]
         audit: AuditArg,
+        #[command(flatten)]
+        allotted: AllottedArg,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -249,6 +268,8 @@ pub enum Command {
         env: EnvArgs,
         #[command(flatten)]
         audit: AuditArg,
+        #[command(flatten)]
+        allotted: AllottedArg,
     },
     /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
     Serve {
@@ -260,6 +281,8 @@ pub enum Command {
         concurrency: usize,
         #[command(flatten)]
         audit: WorkerAuditArgs,
+        #[command(flatten)]
+        allotted: AllottedArg,
     },
     /// An MCP server on stdio whose every tools/call runs as the user.
     Mcp {
@@ -278,6 +301,8 @@ pub enum Command {
         env: EnvArgs,
         #[command(flatten)]
         audit: WorkerAuditArgs,
+        #[command(flatten)]
+        allotted: AllottedArg,
     },
     /// Check or read an audit log of call receipts.
     Audit {

@@ -27,6 +27,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             timeout,
             env,
             audit,
+            allotted,
             argv,
         } => {
             let user = simple(&user)?;
@@ -44,6 +45,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 output: Output::Inherit,
                 env: env.load()?,
                 audit: audit.open()?,
+                allotted: allotted.range(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -55,6 +57,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             timeout,
             env,
             audit,
+            allotted,
         } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
@@ -73,6 +76,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 timeout: Duration::from_secs(timeout),
                 env: env.load()?,
                 audit: audit.open()?,
+                allotted: allotted.range(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

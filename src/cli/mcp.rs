@@ -38,12 +38,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 
 use super::exit::{self, CliError};
-use crate::audit::AuditLog;
 use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
 use crate::drop::Launcher;
 use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use crate::env::RunEnv;
 use crate::user::TargetUser;
 
 /// How often a running call reports progress, when asked to.
@@ -60,8 +58,8 @@ pub struct McpServer {
     user: Arc<TargetUser>,
     grants: Arc<Vec<SecretGrant>>,
     cwd: Option<PathBuf>,
-    env: RunEnv,
-    audit: Option<Arc<AuditLog>>,
+    /// Every call's options: environment, receipts, allotted range.
+    options: RunOptions,
     in_flight: Arc<AtomicUsize>,
     /// Becomes true when the client is gone (stdin ended) or a signal asks
     /// the server to stop: every running call is then killed.
@@ -227,8 +225,7 @@ impl McpServer {
         user: TargetUser,
         grants: Vec<SecretGrant>,
         cwd: Option<PathBuf>,
-        env: RunEnv,
-        audit: Option<Arc<AuditLog>>,
+        options: RunOptions,
     ) -> Self {
         let (stop_tx, stop) = watch::channel(false);
         Self {
@@ -237,8 +234,7 @@ impl McpServer {
             user: Arc::new(user),
             grants: Arc::new(grants),
             cwd,
-            env,
-            audit,
+            options,
             in_flight: Arc::new(AtomicUsize::new(0)),
             stop,
             stop_tx: Arc::new(stop_tx),
@@ -275,11 +271,7 @@ impl McpServer {
                 .or_insert_with(|| Value::String(cwd.display().to_string()));
         }
         let raw = serde_json::to_vec(&json!({ "tool": name, "args": args })).unwrap_or_default();
-        let options = RunOptions {
-            env: self.env.clone(),
-            audit: self.audit.clone(),
-            ..RunOptions::default()
-        };
+        let options = self.options.clone();
         let request = DropRequest {
             launcher: &self.launcher,
             policy: &self.policy,

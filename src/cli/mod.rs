@@ -29,7 +29,7 @@ pub use call::parse_grants;
 pub use keys::keys_op;
 
 use crate::classify::Policy;
-use crate::drop::Launcher;
+use crate::drop::{Launcher, RunOptions};
 use crate::user::TargetUser;
 use exit::CliError;
 
@@ -129,7 +129,15 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             stdio: _,
             concurrency,
             audit,
-        } => serve::serve_stdio(launcher, concurrency.max(1), audit.open()?).await,
+            allotted,
+        } => {
+            let options = RunOptions {
+                audit: audit.open()?,
+                allotted: allotted.range(),
+                ..RunOptions::default()
+            };
+            serve::serve_stdio(launcher, concurrency.max(1), options).await
+        }
         Command::Mcp {
             user,
             secrets,
@@ -137,6 +145,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             cwd,
             env,
             audit,
+            allotted,
         } => {
             if let Some(cwd) = &cwd {
                 if !cwd.is_absolute() {
@@ -149,8 +158,12 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 TargetUser::resolve(&user.user).map_err(CliError::from)?,
                 parse_grants(&secrets)?,
                 cwd,
-                env.load()?,
-                audit.open()?,
+                RunOptions {
+                    env: env.load()?,
+                    audit: audit.open()?,
+                    allotted: allotted.range(),
+                    ..RunOptions::default()
+                },
             );
             mcp::serve_mcp(server).await
         }

@@ -17,7 +17,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::exit::{self, CliError};
-use crate::audit::AuditLog;
 use crate::classify::{Policy, MAX_CALL_BYTES};
 use crate::drop::Launcher;
 use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -42,10 +41,11 @@ fn error_line(id: Value, code: &str, message: impl Into<String>) -> Value {
 }
 
 /// Handles one request line; always yields one answer line.
+/// Every call runs with `options` (receipts, allotted range).
 pub async fn handle_line(
     launcher: &Launcher,
     policy: &Policy,
-    audit: Option<&Arc<AuditLog>>,
+    options: &RunOptions,
     line: &[u8],
 ) -> Value {
     let request: Request<'_> = match serde_json::from_slice(line) {
@@ -82,10 +82,7 @@ pub async fn handle_line(
         user: &user,
         grants: &grants,
         call: request.call.get().as_bytes(),
-        options: RunOptions {
-            audit: audit.cloned(),
-            ..RunOptions::default()
-        },
+        options: options.clone(),
     };
     let outcome = drop_and_run(&req).await;
     json!({ "id": request.id, "outcome": outcome })
@@ -131,12 +128,13 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
 }
 
 /// Serves until stdin closes and every call in flight has answered.
-/// With `audit`, every call's receipt is appended to it.
+/// Every call runs with `options` (receipts, allotted range).
 pub async fn serve_stdio(
     launcher: &Launcher,
     concurrency: usize,
-    audit: Option<Arc<AuditLog>>,
+    options: RunOptions,
 ) -> Result<i32, CliError> {
+    let options = Arc::new(options);
     let launcher = Arc::new(launcher.clone());
     let policy = Arc::new(Policy::default());
     let permits = Arc::new(Semaphore::new(concurrency));
@@ -174,9 +172,9 @@ pub async fn serve_stdio(
             .await
             .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
         let (launcher, policy, tx) = (Arc::clone(&launcher), Arc::clone(&policy), tx.clone());
-        let audit = audit.clone();
+        let options = Arc::clone(&options);
         tokio::spawn(async move {
-            let answer = handle_line(&launcher, &policy, audit.as_ref(), &line).await;
+            let answer = handle_line(&launcher, &policy, &options, &line).await;
             drop(line);
             let _ = tx.send(answer);
             drop(permit);

@@ -1,7 +1,9 @@
 //! The one path by which the worker starts anything for a user (tool calls
 //! and provider programs alike): a launch inside the call's containment.
 //!
-//! Guarantees: no call of a user starts while an earlier call of theirs
+//! Guarantees: nothing runs as a user a worker must not act as (a system
+//! account, `nobody`, one outside the allotted range or with a shared
+//! primary group: [`crate::user::allowed`]); no call of a user starts while an earlier call of theirs
 //! left processes that could not be killed (the user is dirty); a call runs
 //! in a cgroup of its own when the options ask for one (made while a fresh
 //! launcher loads, or the one a pooled launcher waits in); where the host
@@ -20,7 +22,7 @@ use crate::classify::Verdict;
 use crate::contain::{self, AppliedLimits, CallCgroup};
 use crate::launch::plan::{Action, LaunchPlan};
 use crate::launch::report::{LaunchError, Stage, StatusReport};
-use crate::user::TargetUser;
+use crate::user::{check_worker_target, TargetUser};
 
 /// The [`Outcome`] of what [`launch_as`] returned.
 pub(crate) fn outcome_of(
@@ -50,6 +52,8 @@ pub(crate) async fn launch_as(
     timeout: Duration,
     tap: Option<Tap>,
 ) -> Result<(Finished, AppliedLimits), LaunchError> {
+    check_worker_target(user, &options.allotted)
+        .map_err(|e| LaunchError::new(Stage::Plan, e.code(), e.to_string()))?;
     let uid = user.uid;
     if contain::is_dirty(uid) && !contain::cleanup(uid) {
         return Err(LaunchError::new(

@@ -12,7 +12,7 @@ use crate::classify::Policy;
 use crate::env::RunEnv;
 use crate::keys::SecretName;
 use crate::launch::plan::Limits;
-use crate::user::TargetUser;
+use crate::user::{AllottedRange, TargetUser};
 
 /// Default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -66,6 +66,8 @@ pub struct RunOptions {
     /// Where the call's receipt goes; with a log, a call runs only while
     /// the log can be written.
     pub audit: Option<std::sync::Arc<AuditLog>>,
+    /// The uids and gids the call may run as.
+    pub allotted: AllottedRange,
 }
 
 impl Default for RunOptions {
@@ -80,6 +82,7 @@ impl Default for RunOptions {
             memory_max: crate::contain::DEFAULT_MEMORY_MAX,
             env: RunEnv::default(),
             audit: None,
+            allotted: AllottedRange::default(),
         }
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::user::{valid_login_name, TargetUser, UserSpec};
 
 /// The lowest uid and gid the Cloud may allot: below is the system range.
-pub const FIRST_ALLOTTED_ID: u32 = 1000;
+pub const FIRST_ALLOTTED_ID: u32 = crate::user::allowed::FIRST_ALLOTTED_ID;
 
 /// A Linux user as the Cloud allotted it: a name and exact numbers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

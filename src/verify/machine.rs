@@ -134,5 +134,25 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
             )),
         }
     }
+    // Each probed user is one a worker may act as: in the allotted range,
+    // not a system account or nobody, its primary group its own alone.
+    let range = crate::user::AllottedRange::default();
+    for user in &plan.users {
+        let verdict = crate::user::check_worker_target(user, &range);
+        out.push(fact(
+            format!(
+                "a worker may act as {} (ids in {range}, own unshared primary group)",
+                user.name
+            ),
+            match &verdict {
+                Ok(()) => format!(
+                    "uid {} gid {}, group {} alone",
+                    user.uid, user.gid, user.name
+                ),
+                Err(e) => e.to_string(),
+            },
+            verdict.is_ok(),
+        ));
+    }
     out
 }

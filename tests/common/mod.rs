@@ -114,6 +114,48 @@ impl TestUser {
     }
 }
 
+/// A second user whose primary group is another test user's (made without
+/// a home, removed with `userdel` when dropped).
+pub struct GroupSharer(pub String);
+
+impl GroupSharer {
+    pub fn of(other: &TestUser) -> Self {
+        let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
+        let uid = (61000..61800)
+            .rev()
+            .find(|uid| {
+                TargetUser::lookup(&UserSpec::Uid(*uid)).is_err()
+                    && TargetUser::lookup(&UserSpec::Name(format!("tonotest{uid}"))).is_err()
+            })
+            .expect("a free test uid in 61000-61799");
+        let name = format!("tonotest{uid}");
+        let made = Command::new("useradd")
+            .args(["-M", "-N", "-d", "/nonexistent", "-s", "/usr/sbin/nologin"])
+            .args([
+                "-u",
+                &uid.to_string(),
+                "-g",
+                &other.user.gid.to_string(),
+                &name,
+            ])
+            .output()
+            .expect("useradd");
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        Self(name)
+    }
+}
+
+impl Drop for GroupSharer {
+    fn drop(&mut self) {
+        let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = Command::new("userdel").arg(&self.0).output();
+    }
+}
+
 impl Drop for TestUser {
     fn drop(&mut self) {
         let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());

@@ -68,6 +68,36 @@ pub enum UserError {
     /// The passwd file could not be read.
     #[error("cannot read {PASSWD_PATH}: {0}")]
     Passwd(String),
+    /// A system account (below the first allotted id) or `nobody`.
+    #[error("refusing user {name:?}: id {id} is a system account, never a worker's target")]
+    SystemAccount {
+        /// The user.
+        name: String,
+        /// The uid or gid that makes it one.
+        id: u32,
+    },
+    /// A uid or gid outside the range the worker was given.
+    #[error("refusing user {name:?}: id {id} is outside the allotted range {first}-{last}")]
+    OutsideRange {
+        /// The user.
+        name: String,
+        /// The uid or gid.
+        id: u32,
+        /// The range's first id.
+        first: u32,
+        /// The range's last id.
+        last: u32,
+    },
+    /// The primary group is not the user's own, or others share it.
+    #[error("refusing user {name:?}: its primary group {gid} {reason}")]
+    SharedGroup {
+        /// The user.
+        name: String,
+        /// The primary gid.
+        gid: u32,
+        /// How it is shared or foreign.
+        reason: String,
+    },
 }
 
 impl UserError {
@@ -79,6 +109,9 @@ impl UserError {
             Self::Root(_) => "user_root",
             Self::BadEntry { .. } => "user_bad_entry",
             Self::Passwd(_) => "passwd_unreadable",
+            Self::SystemAccount { .. } => "user_system",
+            Self::OutsideRange { .. } => "user_outside_range",
+            Self::SharedGroup { .. } => "user_group_shared",
         }
     }
 }
