@@ -3,6 +3,13 @@
 //! Every method acts with the calling process's own credentials: the CLI
 //! reaches it only through `tono-launch`, after the drop to the home's user.
 //! Layout and modes are those of the [module docs](super).
+//!
+//! Writers (`keygen`, `seal`, `import`, `remove`, `rotate`) take an
+//! exclusive `flock` on `~/.tono` (opened `O_NOFOLLOW`) for their whole
+//! run, so a `seal` that read the old key cannot land after a `rotate`
+//! dropped it; readers need none (every write is an atomic rename). A
+//! replaced identity is kept under a name no other keeps
+//! (`RENAME_NOREPLACE`), so two `keygen --force` never overwrite a backup.
 
 use std::fs;
 use std::io;
@@ -111,6 +118,24 @@ impl KeyStore {
 
     /// Creates `~/.tono` and `~/.tono/secrets` (0700) if missing, and makes
     /// sure neither is a symlink or open to others.
+    /// Takes the store's writer lock, held until the returned value is
+    /// dropped; `None` when there is no store yet (then nothing to race).
+    fn lock(&self) -> Result<Option<nix::fcntl::Flock<fs::File>>, KeysError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = match fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.root)
+        {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(KeysError::io("open the store to lock it", &self.root, e)),
+        };
+        nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
+            .map(Some)
+            .map_err(|(_, e)| KeysError::io("lock the store", &self.root, io::Error::from(e)))
+    }
+
     fn ensure_dirs(&self) -> Result<(), KeysError> {
         for dir in [self.root.clone(), self.secrets_dir()] {
             match fs::symlink_metadata(&dir) {
@@ -158,6 +183,7 @@ impl KeyStore {
     /// `identity.replaced-<unix time>` so that nothing sealed to it is lost.
     pub fn keygen(&self, force: bool) -> Result<KeygenReport, KeysError> {
         self.ensure_dirs()?;
+        let _writer = self.lock()?;
         let path = self.identity_path();
         let mut kept = None;
         match fs::symlink_metadata(&path) {
@@ -171,10 +197,7 @@ impl KeyStore {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
-                let backup = self.root.join(format!("{IDENTITY_FILE}.replaced-{now}"));
-                fs::rename(&path, &backup)
-                    .map_err(|e| KeysError::io("keep old identity", &path, e))?;
-                kept = Some(backup.display().to_string());
+                kept = Some(self.keep_replaced(&path, now)?.display().to_string());
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(KeysError::io("stat identity", &path, e)),
@@ -194,6 +217,34 @@ impl KeyStore {
         })
     }
 
+    /// Renames the identity at `path` to `identity.replaced-<now>` (then
+    /// `-1`, `-2`, … if taken), never over an existing file.
+    fn keep_replaced(&self, path: &Path, now: u64) -> Result<PathBuf, KeysError> {
+        for n in 0..1000u32 {
+            let name = match n {
+                0 => format!("{IDENTITY_FILE}.replaced-{now}"),
+                n => format!("{IDENTITY_FILE}.replaced-{now}-{n}"),
+            };
+            let backup = self.root.join(name);
+            match nix::fcntl::renameat2(
+                None,
+                path,
+                None,
+                &backup,
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => return Ok(backup),
+                Err(nix::errno::Errno::EEXIST) => continue,
+                Err(e) => return Err(KeysError::io("keep old identity", path, io::Error::from(e))),
+            }
+        }
+        Err(KeysError::io(
+            "keep old identity",
+            path,
+            io::Error::other("a thousand kept identities of this second already exist"),
+        ))
+    }
+
     /// The current recipient, derived from the identity itself (so a
     /// tampered `recipient` file cannot redirect what is sealed).
     pub fn recipient(&self) -> Result<String, KeysError> {
@@ -207,6 +258,7 @@ impl KeyStore {
                 cap: MAX_SECRET_BYTES,
             });
         }
+        let _writer = self.lock()?;
         let ids = self.identities()?;
         self.ensure_dirs()?;
         let sealed = seal::seal(value, &ids.recipient()).map_err(KeysError::Seal)?;
@@ -221,6 +273,7 @@ impl KeyStore {
                 reason: format!("it is over the {MAX_SEALED_BYTES}-byte cap"),
             });
         }
+        let _writer = self.lock()?;
         let ids = self.identities()?;
         drop(
             seal::unseal(sealed, &ids).map_err(|e| KeysError::ImportRejected {
@@ -333,6 +386,7 @@ impl KeyStore {
 
     /// Removes `name`.
     pub fn remove(&self, name: &SecretName) -> Result<(), KeysError> {
+        let _writer = self.lock()?;
         let path = self.secret_path(name);
         match fs::remove_file(&path) {
             Ok(()) => atomic::sync_dir(&self.secrets_dir())
@@ -361,6 +415,7 @@ impl KeyStore {
         &self,
         hook: &mut dyn FnMut(RotateStep) -> bool,
     ) -> Result<RotateReport, KeysError> {
+        let _writer = self.lock()?;
         let old = self.identities()?;
         // Refuse before changing anything if a secret does not open now:
         // re-sealing would fail half-way, and dropping keys would not help.
@@ -405,8 +460,8 @@ impl KeyStore {
             }
         }
         // Prove the new key alone opens everything before the old one goes;
-        // if not (a concurrent writer), stop here with both keys kept:
-        // nothing is lost, and running rotate again finishes.
+        // if not (a writer that ignored the lock), stop here with both keys
+        // kept: nothing is lost, and running rotate again finishes.
         let only_new = both.only_current();
         for info in &secrets {
             drop(self.unseal_with(&SecretName::parse(&info.name)?, &only_new)?);
@@ -569,5 +624,59 @@ mod tests {
             store.unseal(&name("link")),
             Err(KeysError::SecretCorrupt { .. })
         ));
+    }
+
+    #[test]
+    fn seal_racing_rotate_for_200_rounds_loses_no_secret() {
+        let (_home, store) = store();
+        let store = std::sync::Arc::new(store);
+        let sealer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                // Values big enough that a seal takes as long as a step of
+                // rotate, so the two interleave.
+                for round in 0..200 {
+                    let value = format!("value-{round}-{}", "x".repeat(32 * 1024));
+                    store
+                        .seal(&name(&format!("s{}", round % 3)), value.as_bytes())
+                        .unwrap();
+                }
+            })
+        };
+        let mut rotations = 0;
+        while !sealer.is_finished() && rotations < 200 {
+            store.rotate().unwrap();
+            rotations += 1;
+        }
+        sealer.join().unwrap();
+        assert!(rotations > 0);
+        for slot in 0..3 {
+            let last = (0..200).filter(|r| r % 3 == slot).max().unwrap();
+            let plain = store.unseal(&name(&format!("s{slot}"))).unwrap();
+            let want = format!("value-{last}-{}", "x".repeat(32 * 1024));
+            assert!(plain.expose_secret() == want.as_bytes(), "s{slot}");
+        }
+        assert_eq!(
+            store.identities().unwrap().keys().len(),
+            1,
+            "the old keys were dropped"
+        );
+    }
+
+    #[test]
+    fn two_forced_keygens_in_one_second_keep_both_old_identities() {
+        let (_home, store) = store();
+        let first = store
+            .keygen(true)
+            .unwrap()
+            .replaced_identity_kept_at
+            .unwrap();
+        let second = store
+            .keygen(true)
+            .unwrap()
+            .replaced_identity_kept_at
+            .unwrap();
+        assert_ne!(first, second);
+        assert!(Path::new(&first).exists() && Path::new(&second).exists());
     }
 }
