@@ -513,16 +513,55 @@ fn refusals_are_typed_and_the_tool_never_runs() {
             .map(|e| e.code.clone())
             .unwrap_or_else(|| format!("no error: {o:?}"))
     };
-    // A target claiming uid 0, or disagreeing with passwd.
+    // A target claiming uid 0, or disagreeing with passwd: the worker
+    // refuses it before any launch...
     let mut root = u.user.clone();
     root.uid = 0;
-    assert_eq!(code(&run(&root, &[], "root", json!({}))), "target_root");
     let mut wrong = u.user.clone();
     wrong.gid += 1;
-    assert_eq!(code(&run(&wrong, &[], "gid", json!({}))), "target_mismatch");
     let mut ghost = u.user.clone();
     ghost.name = "tonotest-ghost".into();
-    assert_eq!(code(&run(&ghost, &[], "ghost", json!({}))), "user_unknown");
+    assert_eq!(code(&run(&root, &[], "root", json!({}))), "user_system");
+    assert_eq!(
+        code(&run(&wrong, &[], "gid", json!({}))),
+        "user_group_shared"
+    );
+    assert_eq!(
+        code(&run(&ghost, &[], "ghost", json!({}))),
+        "user_group_shared"
+    );
+    // ...and the launcher, handed such a plan anyway, refuses it on its own.
+    for (target, tag, want) in [
+        (&root, "root-plan", "target_root"),
+        (&wrong, "gid-plan", "target_mismatch"),
+        (&ghost, "ghost-plan", "user_unknown"),
+    ] {
+        let m = marker(tag);
+        let exec = tono_seal::launch::plan::ExecPlan {
+            argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {m}")],
+            cwd: None,
+            env: Vec::new().into(),
+            secrets: Vec::new(),
+        };
+        let plan = tono_seal::launch::plan::LaunchPlan::for_user(
+            target,
+            tono_seal::launch::plan::Action::Exec(exec),
+        );
+        let done = rt
+            .block_on(tono_seal::drop::spawn::launch(
+                &launcher(),
+                plan,
+                tono_seal::drop::spawn::Input::Null,
+                tono_seal::drop::spawn::Output::Capture(4096),
+                Duration::from_secs(10),
+            ))
+            .unwrap();
+        match done.report {
+            tono_seal::launch::report::StatusReport::Failed(e) => assert_eq!(e.code, want, "{tag}"),
+            other => panic!("{tag}: the launcher did not refuse: {other:?}"),
+        }
+        assert!(!std::path::Path::new(&m).exists(), "{tag}: the tool ran");
+    }
     // Missing, corrupt secrets; a missing cwd.
     let g = grants(&["good", "bad", "gone"]);
     assert_eq!(
