@@ -328,14 +328,15 @@ fn the_tool_gets_only_stdio_fds() {
     let rt = rt();
     let user = u.user.clone();
     let sleeper = rt.spawn(async move {
-        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "30"]}});
+        // A length no other process has, to find exactly this one.
+        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "29.321"]}});
         call_as(&user, &[], call, RunOptions::default()).await
     });
     let mut fds: Vec<u32> = Vec::new();
     for _ in 0..300 {
         std::thread::sleep(Duration::from_millis(30));
         let o = std::process::Command::new("pgrep")
-            .args(["-u", u.name(), "-x", "sleep"])
+            .args(["-u", u.name(), "-f", "^sleep 29.321$"])
             .output()
             .unwrap();
         let Some(pid) = stdout(&o).split_whitespace().next().map(str::to_owned) else {
@@ -432,13 +433,15 @@ fn the_user_cannot_signal_or_ptrace_the_worker_or_another_user() {
     let rt = rt();
     let b_user = b.user.clone();
     let sleeper = rt.spawn(async move {
-        let call = json!({"tool": "spawn", "args": {"argv": ["sleep", "20"], "timeout_ms": 20000}});
+        // A length no other process has, to find exactly this one.
+        let call =
+            json!({"tool": "spawn", "args": {"argv": ["sleep", "19.123"], "timeout_ms": 20000}});
         call_as(&b_user, &[], call, RunOptions::default()).await
     });
     let mut b_pid = String::new();
     for _ in 0..100 {
         let o = std::process::Command::new("pgrep")
-            .args(["-u", b.name(), "-x", "sleep"])
+            .args(["-u", b.name(), "-f", "^sleep 19.123$"])
             .output()
             .unwrap();
         b_pid = stdout(&o).trim().to_owned();
