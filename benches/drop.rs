@@ -57,7 +57,7 @@ fn main() {
         "build the binaries first: cargo build --release"
     );
     let name = format!("tonotest{UID}");
-    let _ = account::remove_user(&name);
+    let _ = account::remove_user(&name, &Launcher::at(bin("tono-launch")));
     let user = account::ensure_user(&name, UID, UID, Path::new("/home")).expect("bench user");
     provision(&tono, &name);
     let rounds: usize = std::env::var("ROUNDS")
@@ -301,7 +301,7 @@ fn main() {
     std::fs::write(dir.join("drop.svg"), chart(&json, rounds)).unwrap();
     eprintln!("wrote {0}/drop.json and {0}/drop.svg", dir.display());
     drop(cases);
-    let _ = account::remove_user(&name);
+    let _ = account::remove_user(&name, &Launcher::at(bin("tono-launch")));
 }
 
 /// A horizontal bar chart of median and p99 per case, as SVG, drawn from

@@ -91,7 +91,7 @@ fn main() {
         .iter()
         .zip(FIRST_UID..)
         .map(|(name, uid)| {
-            let _ = account::remove_user(name);
+            let _ = account::remove_user(name, &Launcher::at(bin("tono-launch")));
             let user = account::ensure_user(name, uid, uid, Path::new("/home")).expect("user");
             provision(&tono, name);
             user
@@ -233,7 +233,7 @@ fn main() {
     )
     .unwrap();
     for name in &names {
-        let _ = account::remove_user(name);
+        let _ = account::remove_user(name, &Launcher::at(bin("tono-launch")));
     }
     let ok = errors.is_empty()
         && growth <= 5.0

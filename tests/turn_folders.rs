@@ -103,7 +103,7 @@ struct Allotted(String);
 
 impl Drop for Allotted {
     fn drop(&mut self) {
-        let _ = account::remove_user(&self.0);
+        let _ = account::remove_user(&self.0, &launcher());
     }
 }
 
@@ -202,7 +202,7 @@ fn users_are_made_exactly_as_allotted_or_not_at_all() {
     std::fs::write(u.home.join("f"), b"x").unwrap();
     std::os::unix::fs::symlink("/etc/shadow", u.home.join("shadow")).unwrap();
     let shadow = shadow_of_others();
-    account::remove_user(name).unwrap();
+    account::remove_user(name, &launcher()).unwrap();
     assert!(!u.home.exists());
     assert_eq!(shadow_of_others(), shadow);
     assert!(TargetUser::lookup(&UserSpec::Name(name.into())).is_err());
@@ -244,7 +244,7 @@ fn the_account_lock_is_never_a_file_a_user_could_plant() {
     let name = "tonotest61974";
     let _user = Allotted(name.into());
     account::ensure_user(name, 61974, 61974, Path::new("/home")).unwrap();
-    account::remove_user(name).unwrap();
+    account::remove_user(name, &launcher()).unwrap();
     std::fs::remove_file(planted).unwrap();
     assert!(
         !canary.exists(),
@@ -621,5 +621,55 @@ fn root_is_never_led_by_links_a_racing_user_plants() {
     assert!(
         found.is_empty(),
         "root-owned entries under the home: {found:?}"
+    );
+}
+
+#[test]
+fn removing_a_user_leaves_no_process_of_its_uid_even_mid_fork() {
+    need_root!();
+    let name = "tonotest61976";
+    let _cleanup = Allotted(name.into());
+    account::ensure_user(name, 61976, 61976, Path::new("/home")).unwrap();
+    // A storm of double-forked sleepers, still forking while the user is
+    // removed: a pid-by-pid kill misses the ones forked after its scan.
+    let storm = "setsid sh -c 'i=0; while [ $i -lt 3000 ]; do (sleep 1000 &); i=$((i+1)); done' \
+                 >/dev/null 2>&1 &";
+    let started = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "61976",
+            "--regid",
+            "61976",
+            "--clear-groups",
+            "--",
+        ])
+        .args(["/bin/sh", "-c", storm])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .status()
+        .unwrap();
+    assert!(started.success());
+    let mut running = 0;
+    for _ in 0..200 {
+        running = common::live_processes_of(61976);
+        if running >= 50 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        running >= 50,
+        "positive control: the storm runs ({running})"
+    );
+    account::remove_user(name, &launcher()).unwrap();
+    let left = common::live_processes_of(61976);
+    // Whatever is left must not pass to the next user of the uid.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-U", "61976"])
+        .status();
+    assert_eq!(
+        left, 0,
+        "processes of the removed uid 61976 are still alive"
     );
 }

@@ -41,12 +41,12 @@ struct Row {
 }
 
 /// Users made by the demo, removed when it ends however it ends.
-struct DemoUsers(Vec<String>);
+struct DemoUsers(Vec<String>, Launcher);
 
 impl Drop for DemoUsers {
     fn drop(&mut self) {
         for name in &self.0 {
-            if let Err(e) = account::remove_user(name) {
+            if let Err(e) = account::remove_user(name, &self.1) {
                 eprintln!("tono-seal demo: could not remove {name}: {e}");
             }
         }
@@ -104,7 +104,7 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
             "the demo creates users and must run as root",
         ));
     }
-    let mut users = DemoUsers(Vec::new());
+    let mut users = DemoUsers(Vec::new(), launcher.clone());
     let mut made: Vec<TargetUser> = Vec::new();
     let mut uids = Vec::new();
     for _ in 0..2 {

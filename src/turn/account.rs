@@ -12,8 +12,10 @@
 //! - the home is made in a root-owned base ([`DEFAULT_HOME_BASE`], never
 //!   inside the worker's own folders) by `mkdirat`, owned by the user and
 //!   mode 0700 through its fd, before any process of the user exists;
-//! - [`remove_user`] kills the user's processes, empties the home *as the
-//!   user*, and only then lets root remove the emptied entry through fds
+//! - [`remove_user`] has the launcher, as the user, kill every process of
+//!   the uid in one `kill(-1)` (the kernel picks them: no pid is read, and
+//!   none forked meanwhile survives) and empty the home with its no-follow
+//!   tree removal, and only then lets root remove what is left through fds
 //!   that never follow a link ([`RootDir::remove_tree`]).
 #![forbid(unsafe_code)]
 
@@ -24,7 +26,11 @@ use std::process::Command;
 use nix::unistd::{Gid, Uid};
 
 use super::run_as::FIRST_ALLOTTED_ID;
+use crate::drop::spawn::{launch, Input, Output};
+use crate::drop::Launcher;
 use crate::fs::root_dir::{Component, RootDir};
+use crate::launch::plan::{Action, FileOp, LaunchPlan};
+use crate::launch::report::StatusReport;
 use crate::user::{valid_login_name, TargetUser, UserSpec};
 
 /// The root-only folder whose lock serializes user creation and removal
@@ -229,30 +235,45 @@ fn make_home(base: &RootDir, name: &Component, uid: u32, gid: u32) -> Result<(),
 
 /// Empties `home` as the user (`setpriv`, no groups): root never deletes by
 /// a path the user controls.
-fn empty_home_as_user(user: &TargetUser) {
-    let script = "chmod -R u+rwx -- \"$HOME\" 2>/dev/null; find \"$HOME\" -mindepth 1 -delete";
-    let _ = Command::new("setpriv")
-        .args([
-            "--reuid",
-            &user.uid.to_string(),
-            "--regid",
-            &user.gid.to_string(),
-            "--clear-groups",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &user.home)
-        .current_dir("/")
-        .status();
+/// Runs `action` as `user` through the launcher, from any thread (a
+/// runtime of its own on a thread of its own, so a caller inside another
+/// runtime can use it too).
+fn launch_as_user(
+    launcher: &Launcher,
+    user: &TargetUser,
+    action: Action,
+) -> Result<StatusReport, String> {
+    let plan = LaunchPlan::for_user(user, action);
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime
+                    .block_on(launch(
+                        launcher,
+                        plan,
+                        Input::Null,
+                        Output::Capture(64 * 1024),
+                        REMOVE_TIMEOUT,
+                    ))
+                    .map(|done| done.report)
+                    .map_err(|e| e.to_string())
+            })
+            .join()
+            .map_err(|_| "the launch thread panicked".to_owned())?
+    })
 }
 
-/// Removes user `name`, its group and its home: processes killed, the home
-/// emptied as the user, then what is left removed by root through fds.
-pub fn remove_user(name: &str) -> Result<(), AccountError> {
+/// How long each step of a removal through the launcher may take.
+const REMOVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes user `name`, its group and its home: processes killed and the
+/// home emptied as the user, through `launcher`, then what is left removed
+/// by root through fds.
+pub fn remove_user(name: &str, launcher: &Launcher) -> Result<(), AccountError> {
     let refuse = |reason: String| AccountError::Refused {
         name: name.into(),
         reason,
@@ -264,11 +285,28 @@ pub fn remove_user(name: &str) -> Result<(), AccountError> {
     if user.uid < FIRST_ALLOTTED_ID || user.gid < FIRST_ALLOTTED_ID {
         return Err(refuse(format!("uid {} is a system user", user.uid)));
     }
-    // Make sure nothing of the user still runs, so userdel can proceed.
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-u", &user.uid.to_string()])
-        .status();
-    empty_home_as_user(&user);
+    // Nothing of the user may outlive it: a process left with this uid
+    // would belong to whoever is allotted the uid next.
+    match launch_as_user(launcher, &user, Action::Sweep) {
+        Ok(StatusReport::Done(_)) => {}
+        Ok(other) => {
+            return Err(refuse(format!(
+                "the sweep of its processes failed: {other:?}"
+            )))
+        }
+        Err(e) => {
+            return Err(refuse(format!(
+                "the sweep of its processes did not run: {e}"
+            )))
+        }
+    }
+    // Best effort, as the user: what it cannot remove, root removes below.
+    if user.home.is_dir() {
+        let clear = FileOp::Clear {
+            path: user.home.clone(),
+        };
+        let _ = launch_as_user(launcher, &user, Action::File { op: clear });
+    }
     run("userdel", name, &["-f", name])?;
     let _ = run("groupdel", name, &[name]);
     // The emptied home: its parent must be root's, and the entry is taken

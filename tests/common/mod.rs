@@ -159,7 +159,7 @@ impl Drop for GroupSharer {
 impl Drop for TestUser {
     fn drop(&mut self) {
         let _guard = CREATE.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = account::remove_user(&self.user.name) {
+        if let Err(e) = account::remove_user(&self.user.name, &launcher()) {
             eprintln!("could not remove {}: {e}", self.user.name);
         }
     }
