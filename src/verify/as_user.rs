@@ -166,7 +166,9 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
             .filter(|(who, _)| who != &me.name)
             .cloned()
             .collect();
-        let out = run(me, script(me, plan, &targets), Duration::from_secs(60)).await;
+        let text = script(me, plan, &targets);
+        let expected_lines = text.lines().filter(|l| l.starts_with("probe ")).count();
+        let out = run(me, text, Duration::from_secs(60)).await;
         if let Some(e) = &out.launch_error {
             probes.push(Probe {
                 tried: "launch a probe as the user".into(),
@@ -177,6 +179,29 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
                 pass: false,
             });
             continue;
+        }
+        // Every probe of the script must have answered: a script that died
+        // or was cut short would otherwise pass by saying nothing.
+        let answered = out
+            .stdout
+            .lines()
+            .filter(|l| l.splitn(3, '|').count() == 3 && !l.starts_with("mode|"))
+            .count();
+        if answered != expected_lines {
+            probes.push(Probe {
+                tried: "every probe of the user's script answered".into(),
+                user: me.name.clone(),
+                uid: me.uid,
+                expected: Expect::Holds,
+                got: format!(
+                    "{answered} of {expected_lines} answered; exit {:?}, signal {:?}, timed out {}: {}",
+                    out.exit_code,
+                    out.signal,
+                    out.timed_out,
+                    out.stderr.chars().take(200).collect::<String>()
+                ),
+                pass: false,
+            });
         }
         for line in out.stdout.lines() {
             let f: Vec<&str> = line.splitn(3, '|').collect();
