@@ -106,7 +106,6 @@ pub struct ChainSummary {
 }
 
 /// Where the previous record was, for naming a changed one.
-#[derive(Default)]
 struct Previous {
     seq: u64,
     hash: String,
@@ -114,8 +113,9 @@ struct Previous {
     line: u64,
 }
 
-/// The fields verification reads from a line.
-fn seq_and_prev(line: &[u8]) -> Result<(u64, String), String> {
+/// The `seq` and `prev` of a record line of this schema version: what
+/// verification reads, and what a writer chains to.
+pub(super) fn seq_and_prev(line: &[u8]) -> Result<(u64, String), String> {
     let value: serde_json::Value =
         serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
     let version = value.get("v").and_then(serde_json::Value::as_u64);

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::chain::{line_hash, rotated_name, rotated_number};
+use super::chain::{line_hash, rotated_name, rotated_number, seq_and_prev};
 use super::record::{AuditRecord, GENESIS, SCHEMA_VERSION};
 use crate::fs::{Component, RootDir, RootDirError};
 
@@ -181,19 +181,10 @@ fn read_tail(
 
 /// The `seq` and hash of a record line to chain to.
 fn chained(line: &[u8], path: &Path) -> Result<(u64, String), AuditError> {
-    let unchainable = |detail: String| AuditError::Unchainable {
+    let (seq, _) = seq_and_prev(line).map_err(|detail| AuditError::Unchainable {
         path: path.to_path_buf(),
         detail,
-    };
-    let value: serde_json::Value =
-        serde_json::from_slice(line).map_err(|e| unchainable(format!("not JSON: {e}")))?;
-    if value.get("v").and_then(serde_json::Value::as_u64) != Some(u64::from(SCHEMA_VERSION)) {
-        return Err(unchainable("not a record of schema version 1".into()));
-    }
-    let seq = value
-        .get("seq")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| unchainable("no seq".into()))?;
+    })?;
     Ok((seq, line_hash(line)))
 }
 
