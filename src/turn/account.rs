@@ -300,13 +300,13 @@ pub fn remove_user(name: &str, launcher: &Launcher) -> Result<(), AccountError> 
             )))
         }
     }
-    // Best effort, as the user: what it cannot remove, root removes below.
-    if user.home.is_dir() {
-        let clear = FileOp::Clear {
-            path: user.home.clone(),
-        };
-        let _ = launch_as_user(launcher, &user, Action::File { op: clear });
-    }
+    // Best effort, as the user (a missing home is the launcher's to find,
+    // not root's to look at by path): what it cannot remove, root removes
+    // below through fds.
+    let clear = FileOp::Clear {
+        path: user.home.clone(),
+    };
+    let _ = launch_as_user(launcher, &user, Action::File { op: clear });
     run("userdel", name, &["-f", name])?;
     let _ = run("groupdel", name, &[name]);
     // The emptied home: its parent must be root's, and the entry is taken
