@@ -162,6 +162,21 @@ impl Drop for TestUser {
         if let Err(e) = account::remove_user(&self.user.name, &launcher()) {
             eprintln!("could not remove {}: {e}", self.user.name);
         }
+        // The uid is free for the next test only when the kernel no longer
+        // counts a process of it: killed processes stay zombies until their
+        // parent (often init) reaps them, and each still counts against
+        // RLIMIT_NPROC of whoever gets the uid next (a fork loop's 255
+        // children made the next user's first fork fail with EAGAIN).
+        let uid = self.user.uid;
+        let mut polls = 0;
+        while processes_of(uid, true) > 0 {
+            polls += 1;
+            if polls == 3000 {
+                eprintln!("!!! uid {uid} still has processes after 3000 polls; leaving it taken");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -234,6 +249,11 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// Live (not zombie) processes whose real uid is `uid`. A killed
 /// grandchild is reaped by init in its own time; as a zombie it runs nothing.
 pub fn live_processes_of(uid: u32) -> usize {
+    processes_of(uid, false)
+}
+
+/// Processes whose real uid is `uid`, zombies too when `zombies`.
+pub fn processes_of(uid: u32, zombies: bool) -> usize {
     let uid = uid.to_string();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -247,7 +267,7 @@ pub fn live_processes_of(uid: u32) -> usize {
                     .and_then(|v| v.split_whitespace().next().map(str::to_owned))
             };
             field("Uid:").as_deref() == Some(uid.as_str())
-                && field("State:").as_deref() != Some("Z")
+                && (zombies || field("State:").as_deref() != Some("Z"))
         })
         .count()
 }
