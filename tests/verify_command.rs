@@ -246,3 +246,41 @@ fn three_uid_mode_passes_and_an_executor_writable_rulebase_fails_its_probe() {
         "{f:?}"
     );
 }
+
+#[test]
+fn the_containment_probe_fails_when_a_call_is_not_contained() {
+    need_root!();
+    use tono_seal::verify::containment::containment_probes;
+    let u = TestUser::with_key();
+    let rt = common::rt();
+    // Positive control: contained calls pass all three.
+    let contained = rt.block_on(containment_probes(
+        &common::launcher(),
+        &u.user,
+        &tono_seal::drop::RunOptions::default(),
+    ));
+    assert_eq!(contained.len(), 3);
+    for p in &contained {
+        assert!(p.pass, "{} failed: {}", p.tried, p.got);
+    }
+    // The door: calls without a cgroup of their own, so escapes live on.
+    let loose = tono_seal::drop::RunOptions {
+        cgroup: false,
+        ..tono_seal::drop::RunOptions::default()
+    };
+    let probes = rt.block_on(containment_probes(&common::launcher(), &u.user, &loose));
+    assert!(!probes[0].pass, "{}: {}", probes[0].tried, probes[0].got);
+    // The process group kill takes the two that stayed in the group; the
+    // setsid one lives on, and the probe says so.
+    assert!(
+        probes[0]
+            .got
+            .starts_with("3 of 3 escapes alive inside the call")
+            && !probes[0].got.ends_with(" 0 after it"),
+        "{}",
+        probes[0].got
+    );
+    let _ = std::process::Command::new("pkill")
+        .args(["-KILL", "-U", &u.user.uid.to_string()])
+        .status();
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::containment::containment_probes;
 use super::machine::machine_facts;
 use super::probe::{Expect, Probe, VerifyPlan};
 use crate::classify::Policy;
@@ -261,6 +262,13 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
     }
     for s in sleepers {
         let _ = s.await;
+    }
+    if let Some(first) = plan.users.first() {
+        let base = RunOptions {
+            audit: plan.audit.clone(),
+            ..RunOptions::default()
+        };
+        probes.extend(containment_probes(launcher, first, &base).await);
     }
     Ok(probes)
 }

@@ -67,53 +67,8 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
             ));
         }
     }
-    let mounts = crate::contain::mounts();
-    out.push(fact(
-        "no process outlives its call",
-        match &mounts.v2 {
-            Some(m) => format!("each call in its own cgroup v2 under {}, killed as a whole when it ends", m.display()),
-            None if !crate::contain::untracked(mounts) => {
-                "no cgroup v2: each call in its own v1 cgroups; what is left in them when it ends is killed through pidfds".into()
-            }
-            None => "weaker, no cgroup at all: a per-user sweep (kill(-1) as the user) after the user's last live call; \
-                     a process that left its call lives until then, and the user's other processes die with it"
-                .into(),
-        },
-        true,
-    ));
-    // Controllers the v2 root passes down can be enabled for our base.
-    let delegated = |name: &str| {
-        mounts.v2.as_ref().is_some_and(|m| {
-            std::fs::read_to_string(m.join("cgroup.subtree_control"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .any(|c| c == name)
-        })
-    };
-    out.push(fact(
-        "limits in force for a call",
-        format!(
-            "pids.max {}; RLIMIT_NPROC {}; RLIMIT_NOFILE {}; memory {} bytes ({})",
-            if delegated("pids") {
-                crate::contain::DEFAULT_PIDS_MAX.to_string() + " (cgroup v2 pids)"
-            } else if mounts.v1_pids.is_some() {
-                crate::contain::DEFAULT_PIDS_MAX.to_string() + " (cgroup v1 pids)"
-            } else {
-                "not applied".into()
-            },
-            crate::launch::plan::DEFAULT_NPROC,
-            crate::launch::plan::DEFAULT_NOFILE,
-            crate::contain::DEFAULT_MEMORY_MAX,
-            if delegated("memory") {
-                "cgroup v2 memory, OOM-killed inside the call"
-            } else if mounts.v1_memory.is_some() {
-                "cgroup v1 memory, OOM-killed inside the call"
-            } else {
-                "RLIMIT_AS: allocations past it fail"
-            },
-        ),
-        true,
-    ));
+    // What a call's containment does is probed as a user
+    // (`super::containment`), never stated here.
     for path in &plan.code {
         match std::fs::metadata(path) {
             Ok(m) => {

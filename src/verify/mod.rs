@@ -4,13 +4,16 @@
 //! Guarantees: every probe that acts as a user runs through the same
 //! launcher and `drop_and_run` as the worker ([`as_user`]) and reports what
 //! it tried, as which uid, what was expected, what happened and whether it
-//! passed ([`probe::Probe`]); facts about the machine are read by root from
-//! root-owned files only ([`machine`]); anything in a home is inspected as
+//! passed ([`probe::Probe`]); containment is probed as a user — escapes,
+//! a fork past the limit, an allocation past it ([`containment`]); facts
+//! about the machine are read by root from root-owned files only
+//! ([`machine`]); anything in a home is inspected as
 //! its owner. The top of the library: it uses the worker's side of a call
 //! and the turn's constants, and nothing below imports it.
 #![forbid(unsafe_code)]
 
 pub mod as_user;
+pub mod containment;
 pub mod machine;
 pub mod probe;
 

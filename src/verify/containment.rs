@@ -1,0 +1,155 @@
+//! Probes of containment, run as a probed user through `drop_and_run`
+//! like any call: nothing a call started outlives it, a fork past the
+//! call's process limit fails with `EAGAIN`, and an allocation past its
+//! memory limit is stopped inside the call.
+//!
+//! Guarantees: each probe passes only on what it observed, with the
+//! evidence in `got`: the escapes counted alive by the tool itself before
+//! its call ended (the positive control) and by root after it; the errno
+//! `fork` gave and after how many children; how the hog ended and what the
+//! call's cgroup counted. A probe whose positive control did not happen
+//! (the escapes never started, the fork never failed, the hog never grew)
+//! fails as inconclusive.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::probe::{Expect, Probe};
+use crate::classify::Policy;
+use crate::drop::{drop_and_run, DropRequest, Launcher, Outcome, RunOptions};
+use crate::user::TargetUser;
+
+/// The memory limit the hog probe runs under: small, so that the probe is
+/// cheap; the mechanism is the same at any size.
+const HOG_LIMIT: u64 = 64 << 20;
+
+async fn shell(
+    launcher: &Launcher,
+    user: &TargetUser,
+    command: String,
+    options: RunOptions,
+) -> Outcome {
+    let call = serde_json::to_vec(&json!({"tool": "shell", "args": {"command": command}}))
+        .unwrap_or_default();
+    drop_and_run(&DropRequest {
+        launcher,
+        policy: &Policy::default(),
+        user,
+        grants: &[],
+        call: &call,
+        options,
+    })
+    .await
+}
+
+fn probe(user: &TargetUser, tried: &str, got: String, pass: bool) -> Probe {
+    Probe {
+        tried: tried.into(),
+        user: user.name.clone(),
+        uid: user.uid,
+        expected: Expect::Holds,
+        got,
+        pass,
+    }
+}
+
+/// Processes (any user's) whose command line is exactly `sleep <arg>`.
+fn alive_with(arg: &str) -> usize {
+    let want = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the three containment probes as `user`.
+pub async fn containment_probes(
+    launcher: &Launcher,
+    user: &TargetUser,
+    base: &RunOptions,
+) -> Vec<Probe> {
+    let mut out = Vec::new();
+    // Three ways out of a process group; each sleeper has an argument no
+    // other process has, so root can count exactly them.
+    let tag = format!(
+        "{}.{}",
+        1000 + std::process::id() % 1000,
+        rand::random::<u16>()
+    );
+    let escapes = [format!("1{tag}"), format!("2{tag}"), format!("3{tag}")];
+    let script = format!(
+        "setsid sleep {a} >/dev/null 2>&1 & (sleep {b} >/dev/null 2>&1 &); nohup sleep {c} >/dev/null 2>&1 &\n\
+         sleep 0.3; pgrep -c -u \"$(id -u)\" -f '^sleep [123]{tag}$'",
+        a = escapes[0],
+        b = escapes[1],
+        c = escapes[2],
+    );
+    let done = shell(launcher, user, script, base.clone()).await;
+    let seen_inside: usize = done.stdout.trim().parse().unwrap_or(0);
+    let left: usize = escapes.iter().map(|e| alive_with(e)).sum();
+    out.push(probe(
+        user,
+        "no process outlives its call (setsid, a double fork, nohup)",
+        format!("{seen_inside} of 3 escapes alive inside the call, {left} after it"),
+        seen_inside == 3 && left == 0,
+    ));
+    for e in &escapes {
+        if alive_with(e) > 0 {
+            let _ = std::process::Command::new("pkill")
+                .args(["-KILL", "-f", &format!("^sleep {e}$")])
+                .status();
+        }
+    }
+
+    let fork = "exec perl -e 'my $n = 0; while (1) { my $p = fork(); \
+                if (!defined $p) { print \"failed after $n errno \", $!+0, \"\\n\"; last } \
+                if ($p == 0) { sleep 30; exit 0 } $n++; if ($n >= 5000) { print \"no limit after $n\\n\"; last } }'";
+    let done = shell(launcher, user, fork.into(), base.clone()).await;
+    let said = done.stdout.trim().to_owned();
+    let limited = said.starts_with("failed after") && said.ends_with("errno 11");
+    let hits = done.limits.as_ref().map_or(0, |l| l.pids_max_hits);
+    out.push(probe(
+        user,
+        "a fork past the call's process limit fails with EAGAIN",
+        format!("{said}; pids.max refused {hits} fork(s)"),
+        limited,
+    ));
+
+    let hog_options = RunOptions {
+        memory_max: HOG_LIMIT,
+        timeout: Duration::from_secs(30),
+        ..base.clone()
+    };
+    let hog = "exec perl -e '$| = 1; my @keep; for (1..64) { push @keep, \"x\" x (8 << 20); print \"grew\\n\" }'";
+    let done = shell(launcher, user, hog.into(), hog_options).await;
+    let grew = done.stdout.lines().filter(|l| *l == "grew").count();
+    let limits = done.limits.clone().unwrap_or_default();
+    let by = limits
+        .memory_max
+        .as_ref()
+        .map(|(_, by)| by.clone())
+        .unwrap_or_default();
+    let killed = (done.signal == Some(9) || done.exit_code == Some(137)) && limits.oom_kills > 0;
+    let refused = by == "RLIMIT_AS" && done.exit_code.is_some_and(|c| c != 0);
+    out.push(probe(
+        user,
+        "an allocation past the call's memory limit is stopped inside it",
+        format!(
+            "grew {grew} x 8 MiB of 64 under a {} MiB limit ({by}); exit {:?}, signal {:?}, oom kills {}",
+            HOG_LIMIT >> 20,
+            done.exit_code,
+            done.signal,
+            limits.oom_kills
+        ),
+        grew > 0 && grew < 64 && (killed || refused),
+    ));
+    out
+}
