@@ -195,10 +195,12 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
                 uid: me.uid,
                 expected: Expect::Holds,
                 got: format!(
-                    "{answered} of {expected_lines} answered; exit {:?}, signal {:?}, timed out {}: {}",
+                    "{answered} of {expected_lines} answered; exit {:?}, signal {:?}, timed out {}, \
+                     most processes at once {:?}: {}",
                     out.exit_code,
                     out.signal,
                     out.timed_out,
+                    out.limits.as_ref().and_then(|l| l.pids_peak),
                     out.stderr.chars().take(200).collect::<String>()
                 ),
                 pass: false,
