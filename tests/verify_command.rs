@@ -167,8 +167,10 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
         "{f:?}"
     );
     assert!(
-        f.iter()
-            .any(|p| p.contains("is root-owned and not group/other writable")),
+        f.iter().any(
+            |p| p.starts_with(&format!("every entry of {}", launcher_copy.display()))
+                && p.contains("writable by a group not root's")
+        ),
         "{f:?}"
     );
 }
@@ -283,4 +285,243 @@ fn the_containment_probe_fails_when_a_call_is_not_contained() {
     let _ = std::process::Command::new("pkill")
         .args(["-KILL", "-U", &u.user.uid.to_string()])
         .status();
+}
+
+/// A tmpfs mounted read-only over a folder, unmounted on drop.
+struct ReadOnlyMount(std::path::PathBuf);
+
+impl ReadOnlyMount {
+    /// Mounts a tmpfs at `at`, lets `fill` write into it, then makes it
+    /// read-only for everyone (the superblock, not only the mount).
+    fn new(at: &std::path::Path, fill: impl FnOnce(&std::path::Path)) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let mount = |args: &[&str]| {
+            let o = std::process::Command::new("mount")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "mount {args:?}: {}", stderr(&o));
+        };
+        let path = at.to_str().unwrap();
+        mount(&["-t", "tmpfs", "-o", "size=1m,mode=0755", "tonotest", path]);
+        let guard = Self(at.to_path_buf());
+        fill(at);
+        mount(&["-o", "remount,ro", path]);
+        guard
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn probe_named<'a>(probes: &'a [Value], user: &str, tried: &str) -> &'a Value {
+    probes
+        .iter()
+        .find(|p| p["user"] == user && p["tried"].as_str().unwrap().starts_with(tried))
+        .unwrap_or_else(|| panic!("no probe {tried} as {user}"))
+}
+
+#[test]
+fn a_denial_counts_only_as_eacces_or_eperm_and_anything_else_is_inconclusive() {
+    need_root!();
+    let (a, b) = (TestUser::with_key(), TestUser::with_key());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // A root file closed to others, on a file system mounted read-only:
+    // the read is refused by its mode (EACCES), the write by the mount
+    // (EROFS), which proves nothing about the mode.
+    let frozen = dir.path().join("frozen");
+    let _mount = ReadOnlyMount::new(&frozen, |at| {
+        std::fs::write(at.join("rules"), b"rules").unwrap();
+        std::fs::set_permissions(
+            at.join("rules"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+    });
+    let rules = frozen.join("rules");
+    // Positive control: the same file, where it is writable, is written.
+    let open = dir.path().join("open");
+    std::fs::write(&open, b"").unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let (code, probes) = verify(&[
+        "--user",
+        a.name(),
+        "--user",
+        b.name(),
+        "--protect",
+        rules.to_str().unwrap(),
+        "--protect",
+        open.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    let read = probe_named(
+        &probes,
+        a.name(),
+        &format!("read protected {}", rules.display()),
+    );
+    assert_eq!(read["pass"], true, "{read}");
+    assert!(
+        read["got"].as_str().unwrap().starts_with("EACCES"),
+        "{read}"
+    );
+    let write = probe_named(
+        &probes,
+        a.name(),
+        &format!("write protected {}", rules.display()),
+    );
+    assert_eq!(write["pass"], false, "{write}");
+    assert_eq!(write["inconclusive"], true, "{write}");
+    assert!(
+        write["got"]
+            .as_str()
+            .unwrap()
+            .starts_with("inconclusive: EROFS"),
+        "{write}"
+    );
+    let written = probe_named(
+        &probes,
+        a.name(),
+        &format!("write protected {}", open.display()),
+    );
+    assert_eq!(
+        (written["pass"].clone(), written["inconclusive"].clone()),
+        (Value::Bool(false), Value::Bool(false)),
+        "{written}"
+    );
+    assert!(
+        written["got"].as_str().unwrap().starts_with("succeeded"),
+        "{written}"
+    );
+    // The text table names it.
+    let o = tono(
+        &[
+            "verify",
+            "--user",
+            a.name(),
+            "--user",
+            b.name(),
+            "--protect",
+            rules.to_str().unwrap(),
+        ],
+        b"",
+    );
+    let table = common::stdout(&o);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("INCONCLUSIVE") && l.contains("EROFS")),
+        "{table}"
+    );
+}
+
+#[test]
+fn code_and_protected_trees_are_walked_entry_by_entry() {
+    need_root!();
+    let (a, b) = (TestUser::with_key(), TestUser::with_key());
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(dir.path(), 0o755);
+    // A code tree: root's, a link inside it and one out to root's /usr/bin.
+    let code = dir.path().join("code");
+    std::fs::create_dir_all(code.join("lib/deep")).unwrap();
+    std::fs::write(code.join("lib/deep/tool"), b"#!/bin/sh\n").unwrap();
+    std::os::unix::fs::symlink("deep/tool", code.join("lib/inside")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin", code.join("lib/out")).unwrap();
+    // A protected tree: root's, closed.
+    let protect = dir.path().join("protect");
+    std::fs::create_dir_all(protect.join("inner")).unwrap();
+    std::fs::write(protect.join("inner/secret"), b"s").unwrap();
+    mode(&protect, 0o700);
+    let args = [
+        "--user",
+        a.name(),
+        "--user",
+        b.name(),
+        "--code",
+        code.to_str().unwrap(),
+        "--protect",
+        protect.to_str().unwrap(),
+    ];
+    let (code_ok, probes) = verify(&args);
+    assert_eq!(code_ok, 0, "{:?}", failing(&probes));
+    let walked = probe_named(
+        &probes,
+        "root",
+        &format!("every entry of {}", code.display()),
+    );
+    assert_eq!(
+        walked["got"], "6 entries, all root's and closed to others",
+        "{walked}"
+    );
+    let read = probe_named(
+        &probes,
+        a.name(),
+        &format!("read protected {}", protect.display()),
+    );
+    assert_eq!(read["got"], "all 3 entries: EACCES", "{read}");
+
+    // Doors deep inside: a folder of the user's own, a link out to a
+    // folder the user owns, a protected entry opened to everyone
+    // (its folders only searchable).
+    let user_dir = dir.path().join("users-own");
+    std::fs::create_dir(&user_dir).unwrap();
+    std::os::unix::fs::chown(&user_dir, Some(a.user.uid), Some(a.user.gid)).unwrap();
+    std::os::unix::fs::symlink(&user_dir, code.join("lib/deep/plugins")).unwrap();
+    std::fs::create_dir(code.join("lib/cache")).unwrap();
+    std::os::unix::fs::chown(code.join("lib/cache"), Some(b.user.uid), Some(b.user.gid)).unwrap();
+    mode(&protect, 0o711);
+    mode(&protect.join("inner"), 0o711);
+    mode(&protect.join("inner/secret"), 0o666);
+    let (code_bad, probes) = verify(&args);
+    assert_eq!(code_bad, 1);
+    let f = failing(&probes);
+    let walked = probe_named(
+        &probes,
+        "root",
+        &format!("every entry of {}", code.display()),
+    );
+    let got = walked["got"].as_str().unwrap();
+    assert!(
+        got.contains(&format!(
+            "owned by a probed user: {}",
+            code.join("lib/cache").display()
+        )),
+        "{got}"
+    );
+    assert!(
+        got.contains(&format!(
+            "{} leads out to {}: owned by a probed user",
+            code.join("lib/deep/plugins").display(),
+            user_dir.display()
+        )),
+        "{got}"
+    );
+    let secret = protect.join("inner/secret");
+    for kind in ["read", "write"] {
+        let p = probe_named(
+            &probes,
+            a.name(),
+            &format!("{kind} protected {}", protect.display()),
+        );
+        assert_eq!(p["pass"], false, "{p}");
+        assert!(
+            p["got"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("1 of 3 entries: {}: succeeded", secret.display())),
+            "{p}"
+        );
+    }
+    // Nothing else failed: the doors planted are the ones found.
+    assert_eq!(f.len(), 5, "{f:?}");
 }

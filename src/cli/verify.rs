@@ -84,13 +84,17 @@ async fn run(
         .await
         .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
     let failed = probes.iter().filter(|p| !p.pass).count();
+    let inconclusive = probes.iter().filter(|p| p.inconclusive).count();
     if json {
-        print_json(
-            &serde_json::json!({ "passed": probes.len() - failed, "failed": failed, "probes": probes }),
-        )?;
+        print_json(&serde_json::json!({
+            "passed": probes.len() - failed,
+            "failed": failed,
+            "inconclusive": inconclusive,
+            "probes": probes
+        }))?;
     } else {
         println!(
-            "{:<6} {:<15} {:>6} {:<8} {:<62} got",
+            "{:<12} {:<15} {:>6} {:<8} {:<62} got",
             "result", "as", "uid", "expected", "probe"
         );
         for p in &probes {
@@ -99,8 +103,12 @@ async fn run(
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
             println!(
-                "{:<6} {:<15} {:>6} {:<8} {:<62} {}",
-                if p.pass { "pass" } else { "FAIL" },
+                "{:<12} {:<15} {:>6} {:<8} {:<62} {}",
+                match (p.pass, p.inconclusive) {
+                    (true, _) => "pass",
+                    (false, false) => "FAIL",
+                    (false, true) => "INCONCLUSIVE",
+                },
                 p.user,
                 p.uid,
                 expected,
@@ -108,7 +116,11 @@ async fn run(
                 p.got
             );
         }
-        println!("{} passed, {} failed", probes.len() - failed, failed);
+        println!(
+            "{} passed, {} failed ({inconclusive} of them inconclusive: no errno or state proved either way)",
+            probes.len() - failed,
+            failed
+        );
     }
     Ok(if failed == 0 { exit::OK } else { exit::FAILED })
 }

@@ -13,6 +13,7 @@
 //! worker's side (`drop`).
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod builtin;
 pub mod drop_held;
 pub mod plan;

@@ -95,6 +95,12 @@ pub enum Action {
     /// Kill every process of the user (`kill(-1, SIGKILL)` as the user):
     /// the after-call sweep of a host where calls have no cgroup.
     Sweep,
+    /// Make each attempt as the user and report the kernel's answer
+    /// (`tono-seal verify`).
+    Probe {
+        /// The attempts, in order.
+        probes: Vec<super::access::AccessProbe>,
+    },
 }
 
 /// A program to run.

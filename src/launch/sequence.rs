@@ -233,6 +233,8 @@ fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
             builtin::file(op)
         }
         Action::Sweep => builtin::sweep(),
+        Action::Probe { probes } => Ok(serde_json::to_value(super::access::probe_all(probes))
+            .unwrap_or(serde_json::Value::Null)),
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::probe::{Expect, Probe};
+use super::probe::{Expect, Probe, Verdict};
 use crate::classify::Policy;
 use crate::drop::{drop_and_run, DropRequest, Launcher, Outcome, RunOptions};
 use crate::user::TargetUser;
@@ -44,15 +44,13 @@ async fn shell(
     .await
 }
 
-fn probe(user: &TargetUser, tried: &str, got: String, pass: bool) -> Probe {
-    Probe {
-        tried: tried.into(),
-        user: user.name.clone(),
-        uid: user.uid,
-        expected: Expect::Holds,
-        got,
-        pass,
-    }
+fn probe(user: &TargetUser, tried: &str, got: String, pass: bool, control: bool) -> Probe {
+    let verdict = match (pass, control) {
+        (true, _) => Verdict::Pass,
+        (false, true) => Verdict::Fail,
+        (false, false) => Verdict::Inconclusive,
+    };
+    Probe::of(user, tried, Expect::Holds, got, verdict)
 }
 
 /// Processes (any user's) whose command line is exactly `sleep <arg>`.
@@ -100,6 +98,7 @@ pub async fn containment_probes(
         "no process outlives its call (setsid, a double fork, nohup)",
         format!("{seen_inside} of 3 escapes alive inside the call, {left} after it"),
         seen_inside == 3 && left == 0,
+        seen_inside == 3,
     ));
     for e in &escapes {
         if alive_with(e) > 0 {
@@ -121,6 +120,7 @@ pub async fn containment_probes(
         "a fork past the call's process limit fails with EAGAIN",
         format!("{said}; pids.max refused {hits} fork(s)"),
         limited,
+        said.starts_with("failed after") || said.starts_with("no limit after"),
     ));
 
     let hog_options = RunOptions {
@@ -150,6 +150,7 @@ pub async fn containment_probes(
             limits.oom_kills
         ),
         grew > 0 && grew < 64 && (killed || refused),
+        grew > 0,
     ));
     out
 }

@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
 
 use super::probe::{fact, Probe, VerifyPlan};
 
@@ -69,26 +68,7 @@ pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
     }
     // What a call's containment does is probed as a user
     // (`super::containment`), never stated here.
-    for path in &plan.code {
-        match std::fs::metadata(path) {
-            Ok(m) => {
-                let ok = m.uid() == 0 && m.mode() & 0o022 == 0;
-                out.push(fact(
-                    format!(
-                        "{} is root-owned and not group/other writable",
-                        path.display()
-                    ),
-                    format!("owner {} mode {:04o}", m.uid(), m.mode() & 0o7777),
-                    ok,
-                ));
-            }
-            Err(e) => out.push(fact(
-                format!("{} exists", path.display()),
-                e.to_string(),
-                false,
-            )),
-        }
-    }
+    out.extend(super::tree_walk::code_tree_facts(&plan.code, &plan.users));
     // Each probed user is one a worker may act as: in the allotted range,
     // not a system account or nobody, its primary group its own alone.
     let range = crate::user::AllottedRange::default();

@@ -2,12 +2,16 @@
 //! by uid is real and not cosmetic.
 //!
 //! Guarantees: every probe that acts as a user runs through the same
-//! launcher and `drop_and_run` as the worker ([`as_user`]) and reports what
-//! it tried, as which uid, what was expected, what happened and whether it
-//! passed ([`probe::Probe`]); containment is probed as a user — escapes,
-//! a fork past the limit, an allocation past it ([`containment`]); facts
-//! about the machine are read by root from root-owned files only
-//! ([`machine`]); anything in a home is inspected as
+//! launcher, drop and containment as the worker's calls ([`as_user`]): the
+//! launcher itself makes each attempt and reports the kernel's errno, and
+//! only `EACCES`/`EPERM` counts as a denial — any other answer fails the
+//! probe as inconclusive. Each probe reports what it tried, as which uid,
+//! what was expected, what happened and whether it passed
+//! ([`probe::Probe`]). Containment is probed as a user — escapes, a fork
+//! past the limit, an allocation past it ([`containment`]). The code trees
+//! are walked entry by entry, bounded, never through a link
+//! ([`tree_walk`]). Facts about the machine are read by root from
+//! root-owned files only ([`machine`]); anything in a home is inspected as
 //! its owner. The top of the library: it uses the worker's side of a call
 //! and the turn's constants, and nothing below imports it.
 #![forbid(unsafe_code)]
@@ -16,6 +20,7 @@ pub mod as_user;
 pub mod containment;
 pub mod machine;
 pub mod probe;
+pub mod tree_walk;
 
 pub use as_user::verify;
 pub use probe::{Expect, Probe, Roles, VerifyPlan};

@@ -34,6 +34,11 @@ pub struct Probe {
     pub got: String,
     /// Whether it passed.
     pub pass: bool,
+    /// It failed because it proved nothing either way: the kernel gave an
+    /// errno other than `EACCES`/`EPERM` (a missing target, `EROFS`,
+    /// `EISDIR`), a program was missing, or a walk stopped at its bound.
+    #[serde(default)]
+    pub inconclusive: bool,
 }
 
 /// What to probe.
@@ -67,6 +72,38 @@ pub struct Roles {
     pub gate: u32,
 }
 
+/// How a probe ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// What was expected happened, and the evidence shows it.
+    Pass,
+    /// The opposite of what was expected happened.
+    Fail,
+    /// Nothing was proven either way; a failure.
+    Inconclusive,
+}
+
+impl Probe {
+    /// A probe made as `user`.
+    pub fn of(
+        user: &TargetUser,
+        tried: impl Into<String>,
+        expected: Expect,
+        got: impl Into<String>,
+        verdict: Verdict,
+    ) -> Self {
+        Self {
+            tried: tried.into(),
+            user: user.name.clone(),
+            uid: user.uid,
+            expected,
+            got: got.into(),
+            pass: verdict == Verdict::Pass,
+            inconclusive: verdict == Verdict::Inconclusive,
+        }
+    }
+}
+
 pub(super) fn fact(tried: impl Into<String>, got: impl Into<String>, pass: bool) -> Probe {
     Probe {
         tried: tried.into(),
@@ -75,5 +112,6 @@ pub(super) fn fact(tried: impl Into<String>, got: impl Into<String>, pass: bool)
         expected: Expect::Holds,
         got: got.into(),
         pass,
+        inconclusive: false,
     }
 }
