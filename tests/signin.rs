@@ -271,7 +271,7 @@ fn provider_programs_run_only_as_the_run_the_cloud_named() {
         bedrock: Some(tono_seal::env::BedrockSettings {
             region: "eu-west-1".into(),
             access_key_id: Some("AKIAEXAMPLE".into()),
-            secret_access_key: Some(canary.clone()),
+            secret_access_key: Some(zeroize::Zeroizing::new(canary.clone())),
             session_token: None,
         }),
         ..EnvConfig::default()

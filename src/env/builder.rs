@@ -72,12 +72,12 @@ pub struct BedrockSettings {
     /// `AWS_ACCESS_KEY_ID`.
     #[serde(default)]
     pub access_key_id: Option<String>,
-    /// `AWS_SECRET_ACCESS_KEY`.
+    /// `AWS_SECRET_ACCESS_KEY`, wiped when the settings are dropped.
     #[serde(default)]
-    pub secret_access_key: Option<String>,
-    /// `AWS_SESSION_TOKEN`.
+    pub secret_access_key: Option<Zeroizing<String>>,
+    /// `AWS_SESSION_TOKEN`, wiped when the settings are dropped.
     #[serde(default)]
-    pub session_token: Option<String>,
+    pub session_token: Option<Zeroizing<String>>,
 }
 
 impl fmt::Debug for BedrockSettings {
@@ -205,10 +205,29 @@ fn check_var(name: &str, value: &str) -> Result<(), EnvError> {
     Ok(())
 }
 
-/// An environment built by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// An environment built by name. A value can be a turn's credential or the
+/// worker's Bedrock secret, so a value replaced or left unbuilt is wiped,
+/// and `Debug` shows names only.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct EnvBuilder {
     vars: Vec<(String, String)>,
+}
+
+impl fmt::Debug for EnvBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.vars.iter().map(|(name, _)| format!("{name}=…")))
+            .finish()
+    }
+}
+
+impl Drop for EnvBuilder {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        for (_, value) in &mut self.vars {
+            value.zeroize();
+        }
+    }
 }
 
 impl EnvBuilder {
@@ -268,7 +287,10 @@ impl EnvBuilder {
     pub fn set(&mut self, name: &str, value: &str) -> Result<&mut Self, EnvError> {
         check_var(name, value)?;
         match self.vars.iter_mut().find(|(k, _)| k == name) {
-            Some(slot) => slot.1 = value.to_owned(),
+            Some(slot) => {
+                zeroize::Zeroize::zeroize(&mut slot.1);
+                slot.1 = value.to_owned();
+            }
             None => self.vars.push((name.to_owned(), value.to_owned())),
         }
         Ok(self)
@@ -299,9 +321,15 @@ impl EnvBuilder {
         self.set("AWS_REGION", &aws.region)?;
         self.set("AWS_DEFAULT_REGION", &aws.region)?;
         for (name, value) in [
-            ("AWS_ACCESS_KEY_ID", &aws.access_key_id),
-            ("AWS_SECRET_ACCESS_KEY", &aws.secret_access_key),
-            ("AWS_SESSION_TOKEN", &aws.session_token),
+            ("AWS_ACCESS_KEY_ID", aws.access_key_id.as_deref()),
+            (
+                "AWS_SECRET_ACCESS_KEY",
+                aws.secret_access_key.as_deref().map(String::as_str),
+            ),
+            (
+                "AWS_SESSION_TOKEN",
+                aws.session_token.as_deref().map(String::as_str),
+            ),
         ] {
             if let Some(value) = value {
                 self.set(name, value)?;
@@ -324,8 +352,8 @@ impl EnvBuilder {
     }
 
     /// The variables, in insertion order.
-    pub fn build(self) -> Vec<(String, String)> {
-        self.vars
+    pub fn build(mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.vars)
     }
 }
 
@@ -389,12 +417,33 @@ mod tests {
     }
 
     #[test]
+    fn the_bedrock_secret_is_wiped_and_no_built_value_is_ever_printed() {
+        let settings: BedrockSettings = serde_json::from_str(
+            r#"{"region":"r","access_key_id":"AKIA","secret_access_key":"s3cr3t","session_token":"t0k3n"}"#,
+        )
+        .unwrap();
+        // The type wipes on drop (a compile-time check).
+        let _: &Option<Zeroizing<String>> = &settings.secret_access_key;
+        let _: &Option<Zeroizing<String>> = &settings.session_token;
+        let mut env = EnvBuilder::empty();
+        env.bedrock(&settings).unwrap();
+        env.set("AWS_SESSION_TOKEN", "r3placed").unwrap();
+        let shown = format!("{env:?} {settings:?}");
+        for value in ["s3cr3t", "t0k3n", "r3placed"] {
+            assert!(!shown.contains(value), "{shown}");
+        }
+        assert!(shown.contains("AWS_SECRET_ACCESS_KEY=…"), "{shown}");
+        let built = env.build();
+        assert!(built.contains(&("AWS_SECRET_ACCESS_KEY".into(), "s3cr3t".into())));
+    }
+
+    #[test]
     fn aws_only_for_bedrock() {
         let config = Arc::new(EnvConfig {
             bedrock: Some(BedrockSettings {
                 region: "eu-west-1".into(),
                 access_key_id: Some("AKIA".into()),
-                secret_access_key: Some("configured".into()),
+                secret_access_key: Some(Zeroizing::new("configured".into())),
                 session_token: None,
             }),
             ..EnvConfig::default()
