@@ -167,7 +167,10 @@ fn code_tree_fact(path: &Path, probed: &[TargetUser], limit: usize) -> Probe {
     } else if stopped {
         format!("unproven: the walk stopped at {limit} entries, the rest were not checked")
     } else {
-        format!("{} entries, all root's and closed to others", entries.len())
+        match entries.len() {
+            1 => "1 entry, all root's and closed to others".to_owned(),
+            n => format!("{n} entries, all root's and closed to others"),
+        }
     };
     let mut probe = fact(tried, got, bad.is_empty() && !stopped);
     probe.inconclusive = bad.is_empty() && stopped;
