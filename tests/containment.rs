@@ -81,8 +81,11 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
             &json!({"tool": "shell", "args": {"command": "setsid sleep 1000 & sleep 0.3; echo started"}}),
         )
         .unwrap();
+        // (The shared view: in the private one the call's PID namespace
+        // would take the escapee down with its init.)
         let options = RunOptions {
             cgroup: false,
+            view: tono_seal::launch::view::View::Shared,
             ..RunOptions::default()
         };
         let req = DropRequest {
@@ -276,6 +279,10 @@ fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
             "run",
             "--user",
             u.name(),
+            // In the private view the worker's death would end the call's
+            // PID namespace too; the shared one shows the cgroup sweep.
+            "--view",
+            "shared",
             "--",
             "/bin/sh",
             "-c",

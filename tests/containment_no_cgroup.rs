@@ -2,14 +2,16 @@
 //! per-user sweep. What escaped a call is killed when the user's last live
 //! call ends, never while another call of the user runs; and, the weaker
 //! guarantee `verify` warns of, the user's other processes die with it.
-//! One test in its own binary: the mounts are set once per process.
+//! One test in its own binary: the mounts are set once per process. The
+//! calls use the shared view: in the private one each call's PID namespace
+//! ends with it, and no sweep is needed or made.
 
 mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{limits_note, live_processes, rt, shell, TestUser};
+use common::{limits_note, live_processes, rt, shell_shared as shell, TestUser};
 use tono_seal::contain::{self, Mounts};
 
 fn escapees(uid: u32, marker: &str) -> Vec<String> {

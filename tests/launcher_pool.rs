@@ -77,7 +77,9 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
     let u = TestUser::with_key();
     u.seal("tok", b"pool-value");
     let launcher = launcher();
-    let want = format!("{} pool-value", u.user.uid);
+    // The tool prints the value; it arrives masked, which proves it was the
+    // one the launcher unsealed.
+    let want = format!("{} [masked:tok]", u.user.uid);
 
     // The first call starts its own launcher and asks for the pool.
     let first = call(&launcher, &u.user);

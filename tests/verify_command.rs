@@ -266,8 +266,11 @@ fn the_containment_probe_fails_when_a_call_is_not_contained() {
         assert!(p.pass, "{} failed: {}", p.tried, p.got);
     }
     // The door: calls without a cgroup of their own, so escapes live on.
+    // (The shared view: the private one's PID namespace would contain the
+    // escapes even without a cgroup.)
     let loose = tono_seal::drop::RunOptions {
         cgroup: false,
+        view: tono_seal::launch::view::View::Shared,
         ..tono_seal::drop::RunOptions::default()
     };
     let probes = rt.block_on(containment_probes(&common::launcher(), &u.user, &loose));

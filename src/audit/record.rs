@@ -62,8 +62,9 @@ pub struct AuditRecord {
     /// The network the call ran with (`host` until calls get a network
     /// namespace of their own).
     pub network: String,
-    /// The view of the file system the call ran with (`host` until calls
-    /// get a mount namespace of their own).
+    /// What the call's program saw: `private` (its own mount and PID
+    /// namespaces, the key store hidden, its output masked), `shared` (the
+    /// host's), or `host` where nothing ran.
     pub view: String,
     /// The program's exit code, if it exited.
     pub exit_code: Option<i32>,

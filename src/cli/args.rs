@@ -45,9 +45,14 @@ pub struct AuditArg {
     pub audit: Option<PathBuf>,
 }
 
-/// Which users calls may run as.
+/// Which users calls may run as, and what their programs see.
 #[derive(Debug, Args)]
-pub struct AllottedArg {
+pub struct ScopeArgs {
+    /// What a program sees: `private` (its own namespaces: the key store
+    /// hidden, only its own processes, its output masked) or `shared` (the
+    /// host's, as in a login of the user).
+    #[arg(long, value_enum, default_value_t = ViewArg::Private)]
+    pub view: ViewArg,
     /// The uids and gids calls may run as, FIRST-LAST (default 1000 up to
     /// 2147483647; system accounts, nobody and users with a shared primary
     /// group are refused whatever the range).
@@ -55,7 +60,25 @@ pub struct AllottedArg {
     pub allotted_uids: Option<crate::user::AllottedRange>,
 }
 
-impl AllottedArg {
+/// `--view`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewArg {
+    /// Its own namespaces, the store hidden, the output masked.
+    Private,
+    /// The host's namespaces.
+    Shared,
+}
+
+impl From<ViewArg> for crate::launch::view::View {
+    fn from(view: ViewArg) -> Self {
+        match view {
+            ViewArg::Private => Self::Private,
+            ViewArg::Shared => Self::Shared,
+        }
+    }
+}
+
+impl ScopeArgs {
     /// The range given, or the default.
     pub fn range(&self) -> crate::user::AllottedRange {
         self.allotted_uids.unwrap_or_default()
@@ -249,7 +272,7 @@ pub enum Command {
         #[command(flatten)]
         audit: AuditArg,
         #[command(flatten)]
-        allotted: AllottedArg,
+        scope: ScopeArgs,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -269,7 +292,7 @@ pub enum Command {
         #[command(flatten)]
         audit: AuditArg,
         #[command(flatten)]
-        allotted: AllottedArg,
+        scope: ScopeArgs,
     },
     /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
     Serve {
@@ -282,7 +305,7 @@ pub enum Command {
         #[command(flatten)]
         audit: WorkerAuditArgs,
         #[command(flatten)]
-        allotted: AllottedArg,
+        scope: ScopeArgs,
     },
     /// An MCP server on stdio whose every tools/call runs as the user.
     Mcp {
@@ -302,7 +325,7 @@ pub enum Command {
         #[command(flatten)]
         audit: WorkerAuditArgs,
         #[command(flatten)]
-        allotted: AllottedArg,
+        scope: ScopeArgs,
     },
     /// Check or read an audit log of call receipts.
     Audit {

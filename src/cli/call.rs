@@ -27,7 +27,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             timeout,
             env,
             audit,
-            allotted,
+            scope,
             argv,
         } => {
             let user = simple(&user)?;
@@ -45,7 +45,8 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 output: Output::Inherit,
                 env: env.load()?,
                 audit: audit.open()?,
-                allotted: allotted.range(),
+                allotted: scope.range(),
+                view: scope.view.into(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -57,7 +58,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             timeout,
             env,
             audit,
-            allotted,
+            scope,
         } => {
             let user = simple(&user)?;
             let grants = parse_grants(&secrets)?;
@@ -76,7 +77,8 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 timeout: Duration::from_secs(timeout),
                 env: env.load()?,
                 audit: audit.open()?,
-                allotted: allotted.range(),
+                allotted: scope.range(),
+                view: scope.view.into(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

@@ -129,11 +129,12 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             stdio: _,
             concurrency,
             audit,
-            allotted,
+            scope,
         } => {
             let options = RunOptions {
                 audit: audit.open()?,
-                allotted: allotted.range(),
+                allotted: scope.range(),
+                view: scope.view.into(),
                 ..RunOptions::default()
             };
             serve::serve_stdio(launcher, concurrency.max(1), options).await
@@ -145,7 +146,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             cwd,
             env,
             audit,
-            allotted,
+            scope,
         } => {
             if let Some(cwd) = &cwd {
                 if !cwd.is_absolute() {
@@ -161,7 +162,8 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 RunOptions {
                     env: env.load()?,
                     audit: audit.open()?,
-                    allotted: allotted.range(),
+                    allotted: scope.range(),
+                    view: scope.view.into(),
                     ..RunOptions::default()
                 },
             );

@@ -50,6 +50,10 @@ pub struct AppliedLimits {
     /// The fallback used when there is no cgroup v2 (the v1 cgroups killed
     /// through pidfds, or the per-user sweep), said so it is never assumed.
     pub note: Option<String>,
+    /// What the call saw: `private` (its own namespaces, the store hidden,
+    /// its output masked) or `shared` (the host's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<String>,
 }
 
 /// What a call's cgroups counted.

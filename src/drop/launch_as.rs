@@ -62,15 +62,24 @@ pub(crate) async fn launch_as(
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
         ));
     }
-    // No cgroup at all: the user's processes are swept after its last call.
-    let live = if options.cgroup && contain::untracked(contain::mounts()) {
+    // No cgroup at all: the user's processes are swept after its last call,
+    // unless the program runs in a PID namespace of its own, whose end
+    // takes everything in it (and a sweep would take the user's others).
+    let namespaced =
+        matches!(action, Action::Exec(_)) && options.view == crate::launch::view::View::Private;
+    let live = if options.cgroup && !namespaced && contain::untracked(contain::mounts()) {
         Some(contain::sweep::begin(uid).await)
     } else {
         None
     };
+    let view = match action {
+        Action::Exec(_) | Action::File { .. } => options.view,
+        _ => crate::launch::view::View::Shared,
+    };
     let mut applied = AppliedLimits::default();
     let plan = LaunchPlan {
         limits: options.limits,
+        view: options.view,
         ..LaunchPlan::for_user(user, action)
     };
     let applied_out = &mut applied;
@@ -135,6 +144,7 @@ pub(crate) async fn launch_as(
         applied.note = Some(note);
     }
     let done = done?;
+    applied.view = Some(view.to_string());
     applied.pids_max_hits = done.counters.pids_max_hits;
     applied.oom_kills = done.counters.oom_kills;
     applied.memory_peak = done.counters.memory_peak;

@@ -54,6 +54,11 @@ pub struct Outcome {
     /// A built-in operation's result (file tools, key store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
+    /// How many times each granted secret was masked in the output, by
+    /// name; present when the program ran in the private view, whose
+    /// launcher masks its output before it leaves the user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masks: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Outcome {
@@ -77,6 +82,7 @@ impl Outcome {
             launch_error: error,
             limits: None,
             result: None,
+            masks: None,
         }
     }
 
@@ -104,6 +110,11 @@ impl Outcome {
             StatusReport::Execed => {
                 out.exit_code = code;
                 out.signal = signal;
+            }
+            StatusReport::Ended(end) => {
+                out.exit_code = end.exit_code;
+                out.signal = end.signal;
+                out.masks = Some(end.masks);
             }
             StatusReport::Done(value) => {
                 out.exit_code = code;

@@ -77,6 +77,10 @@ pub fn outcome_receipt(
         stdout_bytes: outcome.stdout.len() as u64,
         stderr_bytes: outcome.stderr.len() as u64,
         launch_error: outcome.launch_error.as_ref().map(|e| e.code.clone()),
+        view: limits
+            .and_then(|l| l.view.clone())
+            .unwrap_or_else(|| "host".into()),
+        masks: outcome.masks.clone(),
         ..AuditRecord::new(kind)
     }
 }

@@ -68,6 +68,10 @@ pub struct RunOptions {
     pub audit: Option<std::sync::Arc<AuditLog>>,
     /// The uids and gids the call may run as.
     pub allotted: AllottedRange,
+    /// What a program or file tool sees: its own namespaces, with the key
+    /// store hidden, only its own processes, and its output masked
+    /// (`Private`, the default), or the host's (`Shared`).
+    pub view: crate::launch::view::View,
 }
 
 impl Default for RunOptions {
@@ -83,6 +87,7 @@ impl Default for RunOptions {
             env: RunEnv::default(),
             audit: None,
             allotted: AllottedRange::default(),
+            view: crate::launch::view::View::default(),
         }
     }
 }

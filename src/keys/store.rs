@@ -93,6 +93,12 @@ impl KeyStore {
         }
     }
 
+    /// The store in the folder `root`: how the launcher reaches a store that
+    /// a call's view hides, through its descriptor (`/proc/self/fd/N`).
+    pub fn at(root: PathBuf) -> Self {
+        Self { root }
+    }
+
     /// `~/.tono`.
     pub fn root(&self) -> &Path {
         &self.root

@@ -16,6 +16,9 @@
 pub mod access;
 pub mod builtin;
 pub mod drop_held;
+pub mod mask;
 pub mod plan;
+pub mod relay;
 pub mod report;
 pub mod sequence;
+pub mod view;

@@ -32,6 +32,10 @@ pub struct LaunchPlan {
     /// `cgroup.procs` files of the call's own cgroups, entered as root.
     #[serde(default)]
     pub cgroups: Vec<PathBuf>,
+    /// What a program or file tool sees of the machine (provisioning and
+    /// the sweep always see the store: they run no program of the user's).
+    #[serde(default)]
+    pub view: super::view::View,
     /// What to do once dropped.
     pub action: Action,
 }
@@ -47,6 +51,7 @@ impl LaunchPlan {
             home: user.home.clone(),
             limits: Limits::default(),
             cgroups: Vec::new(),
+            view: super::view::View::default(),
             action,
         }
     }

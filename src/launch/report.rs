@@ -28,6 +28,8 @@ pub enum Stage {
     Drop,
     /// The drop did not hold (ids, groups, capabilities, no_new_privs).
     Verify,
+    /// The call's own namespaces or mounts could not be made.
+    View,
     /// Opening the identity or a secret failed.
     Unseal,
     /// Preparing or performing the `execve` failed.
@@ -85,6 +87,21 @@ pub enum StatusMessage {
     Ok(serde_json::Value),
     /// The launch failed.
     Error(LaunchError),
+    /// A relayed program ended.
+    Ended(Ended),
+}
+
+/// How a program the launcher relayed ended (sent after the exec mark):
+/// the program's own exit, and how many times each secret was masked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ended {
+    /// Its exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+    /// Masks made in its output, by secret name.
+    pub masks: std::collections::BTreeMap<String, u64>,
 }
 
 /// What the status pipe said, decoded.
@@ -92,6 +109,8 @@ pub enum StatusMessage {
 pub enum StatusReport {
     /// The program was exec'd (the mark, then EOF).
     Execed,
+    /// The program ran behind the launcher's relay and ended so.
+    Ended(Ended),
     /// A built-in operation's result.
     Done(serde_json::Value),
     /// A typed failure.
@@ -111,6 +130,12 @@ impl StatusReport {
         match serde_json::from_slice::<StatusMessage>(rest) {
             Ok(StatusMessage::Ok(v)) => Self::Done(v),
             Ok(StatusMessage::Error(e)) => Self::Failed(e),
+            Ok(StatusMessage::Ended(end)) if execed => Self::Ended(end),
+            Ok(StatusMessage::Ended(_)) => Self::Failed(LaunchError::new(
+                Stage::Launcher,
+                "status_garbled",
+                "the launcher reported an end without a start",
+            )),
             Err(e) => Self::Failed(LaunchError::new(
                 Stage::Launcher,
                 "status_garbled",

@@ -21,7 +21,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::Write;
@@ -35,8 +34,11 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::builtin;
 use super::drop_held::check_drop_held;
+use super::mask::{MaskError, Masker};
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
-use super::report::{LaunchError, Stage, StatusMessage, EXEC_MARK};
+use super::relay;
+use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
+use super::view::{self, View};
 use crate::keys::{KeyStore, SecretName};
 use crate::sys;
 use crate::user::{TargetUser, UserSpec};
@@ -62,9 +64,18 @@ pub fn main() -> ! {
         std::process::exit(EXIT_USAGE);
     };
     let code = match launch(&mut status) {
-        Ok(result) => {
+        Ok(Finish::Done(result)) => {
             send(&mut status, &StatusMessage::Ok(result));
             0
+        }
+        Ok(Finish::Ended(end)) => {
+            let code = match (end.exit_code, end.signal) {
+                (Some(code), _) => code,
+                (None, Some(signal)) => 128 + signal,
+                (None, None) => EXIT_REFUSED,
+            };
+            send(&mut status, &StatusMessage::Ended(end));
+            code
         }
         Err(error) => {
             send(&mut status, &StatusMessage::Error(error));
@@ -210,7 +221,15 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
     check_drop_held(plan.uid, plan.gid)
 }
 
-fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
+/// How a launch that did not `execve` in place finished.
+enum Finish {
+    /// A built-in operation's result.
+    Done(serde_json::Value),
+    /// A program run behind the relay ended.
+    Ended(Ended),
+}
+
+fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     let plan = read_plan()?;
     sys::close_fds_from(sys::STATUS_FD as u32 + 1).map_err(drop_error("close_range"))?;
     nix::fcntl::fcntl(
@@ -220,21 +239,42 @@ fn launch(status: &mut File) -> Result<serde_json::Value, LaunchError> {
     .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
     check_target(&plan)?;
     enter_cgroups(&plan)?;
+    // The call's own view, made as root before the drop (see `view`).
+    let private =
+        plan.view == View::Private && matches!(plan.action, Action::Exec(_) | Action::File { .. });
+    let mut store = None;
+    if private {
+        let program = matches!(plan.action, Action::Exec(_));
+        match view::enter(&plan.home, plan.uid, program)? {
+            view::Side::Call(fd) => store = fd,
+            view::Side::Waiter(call) => {
+                // Outside the call's PID namespace: drop too, then only wait.
+                if let Err(e) = drop_privileges(&plan) {
+                    let _ = nix::sys::signal::kill(call, nix::sys::signal::Signal::SIGKILL);
+                    return Err(e);
+                }
+                view::wait_and_end_like(call, EXIT_REFUSED);
+            }
+        }
+    }
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
     match &plan.action {
-        Action::Exec(exec) => match exec_program(&plan, exec, status)? {},
+        Action::Exec(exec) => exec_program(&plan, exec, status, store).map(Finish::Ended),
         Action::Keys { op } => {
             enter_folder(&plan.home, &plan.home)?;
-            builtin::keys(&KeyStore::in_home(&plan.home), op)
+            builtin::keys(&KeyStore::in_home(&plan.home), op).map(Finish::Done)
         }
         Action::File { op } => {
+            drop(store);
             enter_folder(&plan.home, &plan.home)?;
-            builtin::file(op)
+            builtin::file(op).map(Finish::Done)
         }
-        Action::Sweep => builtin::sweep(),
-        Action::Probe { probes } => Ok(serde_json::to_value(super::access::probe_all(probes))
-            .unwrap_or(serde_json::Value::Null)),
+        Action::Sweep => builtin::sweep().map(Finish::Done),
+        Action::Probe { probes } => Ok(Finish::Done(
+            serde_json::to_value(super::access::probe_all(probes))
+                .unwrap_or(serde_json::Value::Null),
+        )),
     }
 }
 
@@ -262,12 +302,15 @@ fn enter_folder(folder: &Path, home: &Path) -> Result<(), LaunchError> {
     })
 }
 
-/// Step 3 for a program: unseal, build the environment, exec.
+/// Step 3 for a program: unseal, build the environment, then either
+/// `execve` in place (the shared view: returns only on failure) or start it
+/// behind the masking relay (the private view: returns how it ended).
 fn exec_program(
     plan: &LaunchPlan,
     exec: &ExecPlan,
     status: &mut File,
-) -> Result<Infallible, LaunchError> {
+    store: Option<std::os::fd::OwnedFd>,
+) -> Result<Ended, LaunchError> {
     let bad = |code: &str, message: String| LaunchError::new(Stage::Plan, code, message);
     if exec.argv.is_empty() {
         return Err(bad("argv_empty", "the program's argv is empty".into()));
@@ -304,27 +347,56 @@ fn exec_program(
         })?;
         envp.push(Zeroizing::new(entry));
     }
+    let relayed = plan.view == View::Private;
+    // The values, for the masker (wiped on drop).
+    let mut unsealed: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
     if !exec.secrets.is_empty() {
-        let store = KeyStore::in_home(&plan.home);
+        let store = match &store {
+            Some(fd) => KeyStore::at(view::fd_path(fd)),
+            None => KeyStore::in_home(&plan.home),
+        };
         let unseal_error =
             |e: crate::keys::KeysError| LaunchError::new(Stage::Unseal, e.code(), e.to_string());
         let ids = store.identities().map_err(unseal_error)?;
         for binding in &exec.secrets {
             let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
             let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
-            envp.push(secret_entry(
-                &binding.env,
-                secrecy::ExposeSecret::expose_secret(&plain),
-                &name,
-            )?);
+            let value = secrecy::ExposeSecret::expose_secret(&plain);
+            envp.push(secret_entry(&binding.env, value, &name)?);
+            if relayed {
+                unsealed.push((binding.name.clone(), Zeroizing::new(value.to_vec())));
+            }
         }
         drop(ids);
     }
+    // The store's descriptor is not the program's.
+    drop(store);
+    let masker = if relayed {
+        let pairs: Vec<(&str, &[u8])> = unsealed
+            .iter()
+            .map(|(name, value)| (name.as_str(), &value[..]))
+            .collect();
+        Some(Masker::new(&pairs).map_err(|e| {
+            let code = match e {
+                MaskError::TooShort { .. } => "secret_too_short",
+                MaskError::Build(_) => "mask_failed",
+            };
+            LaunchError::new(Stage::Unseal, code, e.to_string())
+        })?)
+    } else {
+        None
+    };
     let cwd = exec.cwd.clone().unwrap_or_else(|| plan.home.clone());
     enter_folder(&cwd, &plan.home)?;
     let program = find_program(&exec.argv[0], &exec.env)?;
     let argv_refs: Vec<&CStr> = argv.iter().map(CString::as_c_str).collect();
     let env_refs: Vec<&CStr> = envp.iter().map(|e| e.as_c_str()).collect();
+    if let Some(masker) = masker {
+        let ended = relay::run(&program, &argv_refs, &env_refs, masker, status);
+        drop(env_refs);
+        drop(envp); // wipes every unsealed value
+        return ended;
+    }
     let _ = status.write_all(&[EXEC_MARK]);
     sys::default_all_signals().map_err(|e| {
         LaunchError::sys(Stage::Exec, "signal_failed", "reset signal dispositions", e)

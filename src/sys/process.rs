@@ -147,3 +147,30 @@ pub fn drop_capability_bounding_set() -> Result<(), Errno> {
     }
     Ok(())
 }
+
+/// Which side of a [`fork_single_threaded`] this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkSide {
+    /// The parent, with the child's pid.
+    Parent(nix::unistd::Pid),
+    /// The child.
+    Child,
+}
+
+/// `fork(2)` for a process that has exactly one thread (the launcher),
+/// checked in `/proc/self/task` first: only then may the child allocate and
+/// run ordinary code before `execve`, because no other thread can have held
+/// a lock at the moment of the fork. Refused with `EDEADLK` otherwise.
+pub fn fork_single_threaded() -> io::Result<ForkSide> {
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::from_raw_os_error(libc::EDEADLK));
+    }
+    // SAFETY: this process has one thread (checked just above; the launcher
+    // starts none), so the child inherits no lock held by another thread
+    // and may run any code, as after a fork in a single-threaded program.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(ForkSide::Parent(child)),
+        nix::unistd::ForkResult::Child => Ok(ForkSide::Child),
+    }
+}

@@ -273,17 +273,50 @@ pub fn processes_of(uid: u32, zombies: bool) -> usize {
 }
 
 /// Runs `command` through `drop_and_run` as `user`, with default options
+/// but `timeout` and the shared view (the host's namespaces), for tests of
+/// what contains a call without its own PID namespace.
+pub async fn shell_shared(
+    user: &TargetUser,
+    command: &str,
+    timeout: Duration,
+) -> tono_seal::Outcome {
+    shell_with(
+        user,
+        command,
+        RunOptions {
+            timeout,
+            view: tono_seal::launch::view::View::Shared,
+            ..RunOptions::default()
+        },
+    )
+    .await
+}
+
+/// Runs `command` through `drop_and_run` as `user`, with default options
 /// but `timeout`.
 pub async fn shell(user: &TargetUser, command: &str, timeout: Duration) -> tono_seal::Outcome {
+    shell_with(
+        user,
+        command,
+        RunOptions {
+            timeout,
+            ..RunOptions::default()
+        },
+    )
+    .await
+}
+
+/// Runs `command` through `drop_and_run` as `user` with `options`.
+pub async fn shell_with(
+    user: &TargetUser,
+    command: &str,
+    options: RunOptions,
+) -> tono_seal::Outcome {
     let launcher = launcher();
     let policy = tono_seal::classify::Policy::default();
     let raw =
         serde_json::to_vec(&serde_json::json!({"tool": "shell", "args": {"command": command}}))
             .unwrap();
-    let options = RunOptions {
-        timeout,
-        ..RunOptions::default()
-    };
     drop_and_run(&DropRequest {
         launcher: &launcher,
         policy: &policy,

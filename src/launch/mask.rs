@@ -1,0 +1,388 @@
+//! Masking a call's secrets in its output, as a stream, inside the process
+//! that already runs as the user and already holds the values (the
+//! launcher's relay), so the worker never receives a plaintext.
+//!
+//! Guarantees: every value is matched in its raw bytes and its common
+//! encodings — base64 (standard and URL-safe, padded or not, at each of the
+//! three alignments a value can have inside a longer base64 run: the
+//! characters that depend on the value alone), hex (lower and upper case),
+//! percent-encoding (upper and lower case hex) and JSON string escaping
+//! (UTF-8 kept, or every non-ASCII character as `\uXXXX`) — and replaced by
+//! `[masked:NAME]`, leftmost-longest. Output split across any number of
+//! writes at any byte boundary is masked the same: a stream holds back the
+//! longest pattern's length minus one byte and nothing else, with no timer
+//! that could flush a partial match; everything that is not a match passes
+//! unchanged. A value shorter than [`MIN_MASKED_BYTES`] is refused, never
+//! passed through unmasked. The patterns and held-back bytes are wiped.
+#![forbid(unsafe_code)]
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine;
+use zeroize::{Zeroize, Zeroizing};
+
+/// The shortest value that can be masked without wrecking ordinary output.
+pub const MIN_MASKED_BYTES: usize = 4;
+/// The shortest base64 core that is matched (shorter ones are too common).
+const MIN_CORE_CHARS: usize = 4;
+
+/// Why a set of values cannot be masked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MaskError {
+    /// A value is too short to mask.
+    #[error("secret {name} is {len} bytes; a value under {MIN_MASKED_BYTES} bytes cannot be masked in output without wrecking it, so it is refused")]
+    TooShort {
+        /// The secret's name.
+        name: String,
+        /// Its length.
+        len: usize,
+    },
+    /// The matcher could not be built.
+    #[error("the masking patterns could not be built: {0}")]
+    Build(String),
+}
+
+/// The characters of `encoded` that depend on the value's bytes alone, when
+/// the value starts `skip` bytes into a 3-byte group.
+fn base64_core(value: &[u8], skip: usize, engine: &impl Engine) -> Option<Zeroizing<Vec<u8>>> {
+    let mut input = Zeroizing::new(vec![0u8; skip]);
+    input.extend_from_slice(value);
+    let encoded = Zeroizing::new(engine.encode(&input[..]).into_bytes());
+    // Characters wholly inside the value's bits: from the first whose six
+    // bits start at or after bit 8*skip, to the last that ends by the
+    // value's last bit.
+    let first = (8 * skip).div_ceil(6);
+    let last = (8 * input.len()) / 6;
+    let core = encoded.get(first..last)?;
+    (core.len() >= MIN_CORE_CHARS).then(|| Zeroizing::new(core.to_vec()))
+}
+
+fn percent(value: &[u8], lower: bool) -> Zeroizing<Vec<u8>> {
+    let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 3));
+    for &b in value {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else if lower {
+            out.extend_from_slice(format!("%{b:02x}").as_bytes());
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+fn hex(value: &[u8], upper: bool) -> Zeroizing<Vec<u8>> {
+    let digits: &[u8; 16] = if upper {
+        b"0123456789ABCDEF"
+    } else {
+        b"0123456789abcdef"
+    };
+    let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 2));
+    for &b in value {
+        out.push(digits[usize::from(b >> 4)]);
+        out.push(digits[usize::from(b & 15)]);
+    }
+    out
+}
+
+/// JSON string escapings, without the quotes: serde's (UTF-8 kept) and the
+/// ASCII-only one most other encoders write (`\u00e9`).
+fn json_forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+    let Ok(text) = std::str::from_utf8(value) else {
+        return Vec::new();
+    };
+    let mut forms = Vec::new();
+    if let Ok(quoted) = serde_json::to_string(text) {
+        let quoted = Zeroizing::new(quoted.into_bytes());
+        forms.push(Zeroizing::new(quoted[1..quoted.len() - 1].to_vec()));
+    }
+    let mut ascii = Zeroizing::new(Vec::with_capacity(value.len() * 2));
+    for c in text.chars() {
+        match c {
+            '"' => ascii.extend_from_slice(b"\\\""),
+            '\\' => ascii.extend_from_slice(b"\\\\"),
+            '\n' => ascii.extend_from_slice(b"\\n"),
+            '\r' => ascii.extend_from_slice(b"\\r"),
+            '\t' => ascii.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 || !c.is_ascii() => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    ascii.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
+                }
+            }
+            c => ascii.push(c as u8),
+        }
+    }
+    forms.push(ascii);
+    forms
+}
+
+/// Every form of `value` that is masked.
+fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let mut all = vec![
+        Zeroizing::new(value.to_vec()),
+        hex(value, false),
+        hex(value, true),
+        percent(value, false),
+        percent(value, true),
+    ];
+    for skip in 0..3 {
+        all.extend(base64_core(value, skip, &STANDARD));
+        all.extend(base64_core(value, skip, &URL_SAFE));
+    }
+    all.extend(json_forms(value));
+    all.sort_by(|a, b| a[..].cmp(&b[..]));
+    all.dedup();
+    all
+}
+
+/// The matcher of one call's values, shared by its output streams.
+pub struct Masker {
+    matcher: AhoCorasick,
+    /// For each pattern, the index of its secret.
+    owner: Vec<usize>,
+    /// The secrets' names, by index.
+    names: Vec<String>,
+    /// The masks made, by secret index.
+    counts: Vec<u64>,
+    hold: usize,
+}
+
+impl std::fmt::Debug for Masker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Masker")
+            .field("names", &self.names)
+            .field("patterns", &self.owner.len())
+            .finish()
+    }
+}
+
+impl Masker {
+    /// A masker of `secrets` (name, value); each value must be at least
+    /// [`MIN_MASKED_BYTES`] long.
+    pub fn new(secrets: &[(&str, &[u8])]) -> Result<Self, MaskError> {
+        let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
+        let mut owner = Vec::new();
+        for (index, (name, value)) in secrets.iter().enumerate() {
+            if value.len() < MIN_MASKED_BYTES {
+                return Err(MaskError::TooShort {
+                    name: (*name).to_owned(),
+                    len: value.len(),
+                });
+            }
+            for form in forms(value) {
+                owner.push(index);
+                patterns.push(form);
+            }
+        }
+        let hold = patterns.iter().map(|p| p.len()).max().unwrap_or(1) - 1;
+        let matcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(patterns.iter().map(|p| &p[..]))
+            .map_err(|e| MaskError::Build(e.to_string()))?;
+        Ok(Self {
+            matcher,
+            owner,
+            names: secrets.iter().map(|(n, _)| (*n).to_owned()).collect(),
+            counts: vec![0; secrets.len()],
+            hold,
+        })
+    }
+
+    /// How many times each secret was masked, by name.
+    pub fn counts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.names
+            .iter()
+            .cloned()
+            .zip(self.counts.iter().copied())
+            .collect()
+    }
+
+    /// Masks what `stream` holds, appending the output that is final to
+    /// `out`; at the end of the stream everything is final.
+    fn drain(&mut self, stream: &mut MaskStream, out: &mut Vec<u8>, end: bool) {
+        let pending = &stream.pending;
+        // A match that starts before `safe` lies wholly in `pending` (no
+        // pattern is longer than hold + 1), so the choice there is final.
+        let safe = if end {
+            pending.len()
+        } else {
+            pending.len().saturating_sub(self.hold)
+        };
+        let mut done = 0;
+        for found in self.matcher.find_iter(&pending[..]) {
+            if found.start() >= safe {
+                break;
+            }
+            out.extend_from_slice(&pending[done..found.start()]);
+            let secret = self.owner[found.pattern().as_usize()];
+            self.counts[secret] += 1;
+            out.extend_from_slice(format!("[masked:{}]", self.names[secret]).as_bytes());
+            done = found.end();
+        }
+        let keep_from = done.max(safe);
+        out.extend_from_slice(&pending[done..keep_from]);
+        // The rest moves to the front; the bytes left behind are wiped.
+        let rest = pending.len() - keep_from;
+        stream.pending.copy_within(keep_from.., 0);
+        stream.pending[rest..].zeroize();
+        stream.pending.truncate(rest);
+    }
+
+    /// Feeds `data` of `stream`; appends to `out` what can be emitted now.
+    pub fn feed(&mut self, stream: &mut MaskStream, data: &[u8], out: &mut Vec<u8>) {
+        stream.pending.extend_from_slice(data);
+        self.drain(stream, out, false);
+    }
+
+    /// The stream ended: appends everything it still held, masked.
+    pub fn finish(&mut self, stream: &mut MaskStream, out: &mut Vec<u8>) {
+        self.drain(stream, out, true);
+    }
+}
+
+/// One output stream's held-back bytes (wiped when dropped).
+#[derive(Default)]
+pub struct MaskStream {
+    pending: Zeroizing<Vec<u8>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use proptest::prelude::*;
+
+    fn mask_all(masker: &mut Masker, chunks: &[&[u8]]) -> Vec<u8> {
+        let mut stream = MaskStream::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            masker.feed(&mut stream, chunk, &mut out);
+        }
+        masker.finish(&mut stream, &mut out);
+        out
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    const VALUE: &[u8] = b"s3cr3t-V@lue/+=\"\\\xc3\xa9!";
+
+    /// Every encoding a tool could print the value in, in a longer text.
+    fn printed_forms(value: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = vec![value.to_vec()];
+        for prefix in [&b""[..], b"a", b"ab"] {
+            let mut v = prefix.to_vec();
+            v.extend_from_slice(value);
+            v.extend_from_slice(b"tail");
+            for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                out.push(engine.encode(&v).into_bytes());
+            }
+        }
+        out.push(hex(value, false).to_vec());
+        out.push(hex(value, true).to_vec());
+        out.push(percent(value, false).to_vec());
+        out.push(percent(value, true).to_vec());
+        let text = std::str::from_utf8(value).unwrap();
+        out.push(serde_json::to_string(text).unwrap().into_bytes());
+        out
+    }
+
+    #[test]
+    fn every_form_is_masked_and_counted_and_the_rest_passes_unchanged() {
+        let mut masker = Masker::new(&[("TOKEN", VALUE)]).unwrap();
+        for form in printed_forms(VALUE) {
+            let mut text = b"before ".to_vec();
+            text.extend_from_slice(&form);
+            text.extend_from_slice(b" after\n");
+            let out = mask_all(&mut masker, &[&text]);
+            assert!(
+                contains(&out, b"[masked:TOKEN]"),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+            assert!(
+                out.starts_with(b"before "),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+            assert!(out.ends_with(b" after\n"));
+            for f in forms(VALUE) {
+                assert!(!contains(&out, &f), "{}", String::from_utf8_lossy(&out));
+            }
+        }
+        assert!(masker.counts()["TOKEN"] >= 13);
+        let clean = mask_all(&mut masker, &[b"nothing to see\n"]);
+        assert_eq!(clean, b"nothing to see\n");
+    }
+
+    #[test]
+    fn a_value_split_one_byte_per_write_is_masked_the_same() {
+        let mut masker = Masker::new(&[("A", b"hunter2-xyz")]).unwrap();
+        let text = b"x hunter2-xyz y";
+        let chunks: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(mask_all(&mut masker, &chunks), b"x [masked:A] y");
+    }
+
+    #[test]
+    fn a_short_value_is_refused() {
+        assert_eq!(
+            Masker::new(&[("PIN", b"123")]).unwrap_err(),
+            MaskError::TooShort {
+                name: "PIN".into(),
+                len: 3
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_output_split_anywhere_never_emits_a_form_and_keeps_the_rest(
+            value in proptest::collection::vec(any::<u8>(), 4..24),
+            noise in proptest::collection::vec(
+                proptest::collection::vec(any::<u8>(), 0..40), 1..6),
+            cuts in proptest::collection::vec(0usize..400, 0..12),
+        ) {
+            let mut masker = Masker::new(&[("V", &value)]).unwrap();
+            // Noise with the value (in some form) between each piece.
+            let forms_printed = printed_forms_any(&value);
+            let mut text = Vec::new();
+            for (i, piece) in noise.iter().enumerate() {
+                text.extend_from_slice(piece);
+                text.extend_from_slice(&forms_printed[i % forms_printed.len()]);
+            }
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
+            cuts.sort();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts { chunks.push(&text[at..c]); at = c; }
+            chunks.push(&text[at..]);
+            let out = mask_all(&mut masker, &chunks);
+            // Split anywhere gives the same as whole.
+            let whole = mask_all(&mut Masker::new(&[("V", &value)]).unwrap(), &[&text]);
+            prop_assert_eq!(&out, &whole);
+            prop_assert!(!contains(&out, &value));
+            for f in forms(&value) { prop_assert!(!contains(&out, &f)); }
+            // With nothing to mask, everything passes unchanged.
+            let plain: Vec<u8> = noise.concat();
+            if !forms(&value).iter().any(|f| contains(&plain, f)) {
+                prop_assert_eq!(mask_all(&mut masker, &[&plain]), plain);
+            }
+        }
+    }
+
+    /// Like [`printed_forms`], for values that need not be UTF-8.
+    fn printed_forms_any(value: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = vec![value.to_vec()];
+        for prefix in [&b""[..], b"a", b"ab"] {
+            let mut v = prefix.to_vec();
+            v.extend_from_slice(value);
+            out.push(STANDARD.encode(&v).into_bytes());
+            out.push(URL_SAFE_NO_PAD.encode(&v).into_bytes());
+        }
+        out.push(hex(value, true).to_vec());
+        out.push(percent(value, false).to_vec());
+        out
+    }
+}

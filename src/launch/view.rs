@@ -1,0 +1,220 @@
+//! The call's own view of the machine: a mount namespace in which the
+//! user's key store is an empty read-only folder, and (for a program) a PID
+//! namespace with a fresh `/proc` in which only the call's own processes
+//! exist.
+//!
+//! Guarantees:
+//! - Root never acts by a path a user controls. `~/.tono` is opened by root
+//!   once, as `O_PATH|O_DIRECTORY`, from the home's fd with `openat2`
+//!   (`RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`), and must be a folder owned by
+//!   the user; the empty tmpfs is mounted onto that descriptor
+//!   (`/proc/self/fd/N`, which names the descriptor's own folder and
+//!   follows nothing the user can change). Why root and not the user in a
+//!   user namespace of its own: that needs unprivileged user namespaces,
+//!   which many hosts disable, and a mount made there could be undone by
+//!   the same user; a mount made by root in the call's namespace is locked
+//!   against the tool (it has no capability).
+//! - The launcher keeps the descriptor to the store folder underneath the
+//!   mount, so after its drop it unseals through that descriptor while every
+//!   path the tool can name shows the empty folder; the descriptor is
+//!   closed before the tool runs (`O_CLOEXEC`, and explicitly).
+//! - Propagation is private (`MS_REC|MS_PRIVATE`) before anything is
+//!   mounted: nothing mounted for the call appears outside it, and no later
+//!   mount of the host's reaches into it.
+//! - In a PID namespace the launcher's child is the namespace's init; the
+//!   launcher itself stays outside, drops to the user too, holds no fd of
+//!   the call, and ends the way its child ended. When the init exits, the
+//!   kernel kills everything left in the namespace.
+//! - A kernel that refuses a namespace or a mount refuses the call, with
+//!   the errno (`view_refused`); the worker never falls back by itself.
+#![forbid(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+use nix::sys::stat::Mode;
+use serde::{Deserialize, Serialize};
+
+use super::report::{LaunchError, Stage};
+use crate::sys::{self, ForkSide};
+
+/// What a call sees of the machine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// Its own mount and PID namespaces: the key store is an empty
+    /// read-only folder, `/proc` shows only the call, and the output is
+    /// masked by the launcher before it leaves the user.
+    #[default]
+    Private,
+    /// The host's namespaces, as the user sees them in a login (the tool
+    /// can read the whole store and the user's other calls).
+    Shared,
+}
+
+impl std::fmt::Display for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            View::Private => "private",
+            View::Shared => "shared",
+        })
+    }
+}
+
+fn refused(what: &str, e: Errno) -> LaunchError {
+    LaunchError::sys(Stage::View, "view_refused", what, e)
+}
+
+/// Opens the user's `~/.tono` as root without following anything the user
+/// controls: `None` when there is no store. A store that is not a folder
+/// owned by `uid` is refused (`store_insecure`).
+pub fn open_store(home: &Path, uid: u32) -> Result<Option<OwnedFd>, LaunchError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let home_fd: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(home)
+        .map_err(|e| LaunchError {
+            stage: Stage::View,
+            code: "home_missing".into(),
+            message: format!("open {}: {e}", home.display()),
+            errno: e.raw_os_error(),
+        })?
+        .into();
+    let name = CString::new(".tono").unwrap_or_default();
+    let store = match sys::open_beneath(
+        home_fd.as_fd(),
+        &name,
+        OFlag::O_PATH | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => {
+            return Err(LaunchError {
+                stage: Stage::View,
+                code: "store_insecure".into(),
+                message: format!(
+                    "{}/.tono is not a plain folder (a link or not a folder): {e}",
+                    home.display()
+                ),
+                errno: e.raw_os_error(),
+            })
+        }
+    };
+    let meta =
+        nix::sys::stat::fstat(store.as_raw_fd()).map_err(|e| refused("fstat of the store", e))?;
+    if meta.st_uid != uid {
+        return Err(LaunchError::new(
+            Stage::View,
+            "store_insecure",
+            format!(
+                "{}/.tono is owned by uid {}, not the user",
+                home.display(),
+                meta.st_uid
+            ),
+        ));
+    }
+    Ok(Some(store))
+}
+
+/// The path that names an open descriptor's own file in this process.
+pub fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Which process this is after [`enter`].
+#[derive(Debug)]
+pub enum Side {
+    /// The launcher outside the call's PID namespace: it drops, then
+    /// waits for the call ([`wait_and_end_like`]).
+    Waiter(nix::unistd::Pid),
+    /// The call's side, inside the new namespaces, still root, with the
+    /// store's descriptor (opened in the call's mount namespace: a mount
+    /// can only be made on a folder of the namespace it is made in).
+    Call(Option<OwnedFd>),
+}
+
+/// Enters the call's own namespaces, still as root: a mount namespace, and
+/// with `pids` a PID namespace (which needs a fork: the child is its init).
+/// In the call's side, propagation is made private, a fresh `/proc` is
+/// mounted (with `pids`), and the user's store ([`open_store`]) is covered
+/// by an empty read-only tmpfs.
+pub fn enter(home: &Path, uid: u32, pids: bool) -> Result<Side, LaunchError> {
+    // The PID namespace first, in this process (it applies to the next
+    // child, the call's init); the mount namespace in the call's side only,
+    // so the waiter keeps the host's mounts (and its own `/proc/self`).
+    if pids {
+        nix::sched::unshare(CloneFlags::CLONE_NEWPID)
+            .map_err(|e| refused("unshare(CLONE_NEWPID)", e))?;
+        match sys::fork_single_threaded() {
+            Ok(ForkSide::Parent(child)) => return Ok(Side::Waiter(child)),
+            Ok(ForkSide::Child) => {}
+            Err(e) => {
+                return Err(refused(
+                    "fork into the PID namespace",
+                    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                ))
+            }
+        }
+    }
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| refused("unshare(CLONE_NEWNS)", e))?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| refused("make every mount private", e))?;
+    if pids {
+        nix::mount::mount(
+            Some("proc"),
+            "/proc",
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .map_err(|e| refused("mount a fresh /proc", e))?;
+    }
+    let store = open_store(home, uid)?;
+    if let Some(store) = &store {
+        nix::mount::mount(
+            Some("tono-view"),
+            &fd_path(store),
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("size=4k,mode=0555"),
+        )
+        .map_err(|e| refused("mount an empty folder over the key store", e))?;
+    }
+    Ok(Side::Call(store))
+}
+
+/// The waiter's whole life after its drop: it keeps no fd of the call,
+/// waits for the call's init, and ends as it ended (its exit code, or its
+/// signal raised again); `lost` if the wait itself failed.
+pub fn wait_and_end_like(child: nix::unistd::Pid, lost: i32) -> ! {
+    for fd in [0, 1, 2, sys::STATUS_FD] {
+        let _ = nix::unistd::close(fd);
+    }
+    use nix::sys::wait::{waitpid, WaitStatus};
+    let code = loop {
+        match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, signal, _)) => {
+                let _ = sys::default_all_signals();
+                let _ = nix::sys::signal::kill(nix::unistd::getpid(), signal);
+                break 128 + signal as i32;
+            }
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(_) => break lost,
+        }
+    };
+    std::process::exit(code)
+}
