@@ -155,30 +155,53 @@ fn the_worker_holds_no_plaintext_and_logs_none() {
     use std::io::{BufRead, Write};
     let mut input = worker.stdin.take().unwrap();
     let mut output = std::io::BufReader::new(worker.stdout.take().unwrap());
-    for i in 0..20 {
+    // Fifty calls whose tool prints the value raw, in base64 and in hex:
+    // the launcher masks each before the worker reads a byte.
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&canary);
+    let hex: String = canary.bytes().map(|b| format!("{b:02x}")).collect();
+    for i in 0..50 {
         let line = json!({"id": i, "user": u.name(), "secrets": ["c=C"],
-            "call": {"tool": "shell", "args": {"command": "test -n \"$C\" && printf %s \"$C\" | wc -c", "secrets": ["c"]}}});
+            "call": {"tool": "shell", "args": {"command": "test -n \"$C\" && printf %s \"$C\" | wc -c; \
+                printf '%s\\n' \"$C\"; printf %s \"$C\" | base64 -w0; echo; printf %s \"$C\" | xxd -p -c0", "secrets": ["c"]}}});
         writeln!(input, "{line}").unwrap();
         let mut answer = String::new();
         output.read_line(&mut answer).unwrap();
         let v: Value = serde_json::from_str(&answer).unwrap();
-        assert_eq!(
-            v["outcome"]["stdout"].as_str().unwrap().trim(),
-            canary.len().to_string(),
+        let out = v["outcome"]["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        // The base64 line keeps what does not depend on the value alone:
+        // its last character (a few bits of the value and the padding
+        // bits) and the padding.
+        assert_eq!(lines.len(), 4, "{answer}");
+        assert_eq!(lines[0], canary.len().to_string(), "{answer}");
+        assert_eq!([lines[1], lines[3]], ["[masked:c]"; 2], "{answer}");
+        assert!(
+            lines[2].starts_with("[masked:c]") && lines[2].len() <= "[masked:c]".len() + 3,
             "{answer}"
         );
+        assert_eq!(v["outcome"]["masks"]["c"], 3, "{answer}");
         assert!(!answer.contains(&canary));
     }
     let counts = tono_seal::cli::memscan::count_in_process(
         worker.id(),
-        &[canary.as_bytes(), control.as_bytes()],
+        &[
+            canary.as_bytes(),
+            b64.as_bytes(),
+            hex.as_bytes(),
+            control.as_bytes(),
+        ],
     )
     .unwrap();
     assert!(
-        counts[1] > 0,
+        counts[3] > 0,
         "the positive control must be found, or the scan proves nothing"
     );
-    assert_eq!(counts[0], 0, "the worker's memory holds the plaintext");
+    assert_eq!(
+        counts[..3],
+        [0, 0, 0],
+        "the worker's memory holds the value (raw, base64, hex)"
+    );
     drop(input);
     assert!(worker.wait().unwrap().success());
     let logs = std::fs::read_to_string(log.path()).unwrap();

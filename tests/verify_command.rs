@@ -261,7 +261,7 @@ fn the_containment_probe_fails_when_a_call_is_not_contained() {
         &u.user,
         &tono_seal::drop::RunOptions::default(),
     ));
-    assert_eq!(contained.len(), 3);
+    assert_eq!(contained.len(), 4);
     for p in &contained {
         assert!(p.pass, "{} failed: {}", p.tried, p.got);
     }
@@ -274,6 +274,20 @@ fn the_containment_probe_fails_when_a_call_is_not_contained() {
         ..tono_seal::drop::RunOptions::default()
     };
     let probes = rt.block_on(containment_probes(&common::launcher(), &u.user, &loose));
+    // In the shared view the store is there for the tool: the view probe
+    // fails, with its positive control held.
+    assert!(
+        !probes[3].pass && !probes[3].inconclusive,
+        "{}",
+        probes[3].got
+    );
+    assert!(
+        probes[3]
+            .got
+            .starts_with("in a call (shared view): 3 store entries, cat identity exit 0"),
+        "{}",
+        probes[3].got
+    );
     assert!(!probes[0].pass, "{}: {}", probes[0].tried, probes[0].got);
     // The process group kill takes the two that stayed in the group; the
     // setsid one lives on, and the probe says so.

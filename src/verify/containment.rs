@@ -75,6 +75,46 @@ pub async fn containment_probes(
     base: &RunOptions,
 ) -> Vec<Probe> {
     let mut out = Vec::new();
+    // First, before the fork loop can leave the uid short of processes.
+    // The call's view: the store is there for the user (the shared view
+    // reads it, the positive control) and gone for a call's program.
+    let look = "ls -A ~/.tono | wc -l; cat ~/.tono/identity >/dev/null 2>&1; echo $?; \
+                ps -e -o pid= | wc -l";
+    let shared = RunOptions {
+        view: crate::launch::view::View::Shared,
+        ..base.clone()
+    };
+    let host = shell(launcher, user, look.into(), shared).await;
+    let call = shell(launcher, user, look.into(), base.clone()).await;
+    let said = |o: &Outcome| o.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (host_said, call_said) = (said(&host), said(&call));
+    let fields: Vec<&str> = call_said.split(' ').collect();
+    let hidden = fields.len() == 3 && fields[0] == "0" && fields[1] != "0";
+    let control = host_said.split(' ').nth(1) == Some("0");
+    let view_probe = probe(
+        user,
+        "a tool sees no key store and only its own call's processes",
+        format!(
+            "in a call ({} view): {} store entries, cat identity exit {}, {} processes; \
+             the user's own view: {}",
+            base.view,
+            fields.first().unwrap_or(&"?"),
+            fields.get(1).unwrap_or(&"?"),
+            fields.get(2).unwrap_or(&"?"),
+            if control {
+                "identity readable"
+            } else {
+                "identity not readable (no control)"
+            },
+        ),
+        hidden
+            && control
+            && fields
+                .get(2)
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n < 10),
+        control,
+    );
     // Three ways out of a process group; each sleeper has an argument no
     // other process has, so root can count exactly them.
     let tag = format!(
@@ -152,5 +192,7 @@ pub async fn containment_probes(
         grew > 0 && grew < 64 && (killed || refused),
         grew > 0,
     ));
+
+    out.push(view_probe);
     out
 }
