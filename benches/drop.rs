@@ -19,6 +19,7 @@ use tono_seal::audit::{AuditConfig, AuditLog};
 use tono_seal::classify::Policy;
 use tono_seal::drop::Launcher;
 use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::launch::view::View;
 use tono_seal::turn::account;
 use tono_seal::user::TargetUser;
 
@@ -112,10 +113,12 @@ fn main() {
                              cgroup: bool,
                              user: &TargetUser,
                              launcher: &Launcher,
-                             audit: Option<&std::sync::Arc<AuditLog>>| {
+                             audit: Option<&std::sync::Arc<AuditLog>>,
+                             view: View| {
         let options = RunOptions {
             cgroup,
             audit: audit.cloned(),
+            view,
             ..RunOptions::default()
         };
         let req = DropRequest {
@@ -130,7 +133,7 @@ fn main() {
         assert_eq!(out.exit_code, Some(0), "{out:?}");
     };
     let drop_call = |call: &[u8], cgroup: bool, user: &TargetUser, launcher: &Launcher| {
-        drop_call_audited(call, cgroup, user, launcher, None)
+        drop_call_audited(call, cgroup, user, launcher, None, View::Private)
     };
     let mut cases: Vec<Case> = vec![
         (
@@ -218,11 +221,33 @@ fn main() {
     ];
     cases.push((
         "6a drop_and_run, 3 secrets, receipt in the audit log",
-        Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, Some(&audit))),
+        Box::new(|| {
+            drop_call_audited(
+                &call_secrets,
+                true,
+                &user,
+                &launcher,
+                Some(&audit),
+                View::Private,
+            )
+        }),
     ));
     cases.push((
         "6c drop_and_run, 3 secrets, receipt, fsync every 64",
-        Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, Some(&batched))),
+        Box::new(|| {
+            drop_call_audited(
+                &call_secrets,
+                true,
+                &user,
+                &launcher,
+                Some(&batched),
+                View::Private,
+            )
+        }),
+    ));
+    cases.push((
+        "6v drop_and_run, 3 secrets, shared view (no namespaces, no mask)",
+        Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, None, View::Shared)),
     ));
     if let Some(fast) = &static_launcher {
         cases.push((

@@ -176,8 +176,12 @@ impl Masker {
             }
         }
         let hold = patterns.iter().map(|p| p.len()).max().unwrap_or(1) - 1;
+        // A contiguous NFA: built in about a sixth of the time of the DFA
+        // the builder picks for few patterns (48 against 313 µs for three
+        // 40-byte values here), and a call's output is small.
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
             .build(patterns.iter().map(|p| &p[..]))
             .map_err(|e| MaskError::Build(e.to_string()))?;
         Ok(Self {
