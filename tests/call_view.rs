@@ -300,3 +300,101 @@ fn a_thousand_calls_leave_the_hosts_view_as_it_was() {
         "a process of the calls is left"
     );
 }
+
+/// Hands `plan` to a launcher started by hand, in namespaces of its own or
+/// not, and decodes what it reported.
+fn launch_by_hand(
+    plan: &tono_seal::launch::plan::LaunchPlan,
+    own_namespaces: bool,
+) -> tono_seal::launch::report::StatusReport {
+    use std::io::{Read, Write};
+    let null = tono_seal::drop::start::open_null().unwrap();
+    let started =
+        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, own_namespaces)
+            .unwrap();
+    std::fs::File::from(started.plan)
+        .write_all(&serde_json::to_vec(plan).unwrap())
+        .unwrap();
+    let mut status = Vec::new();
+    std::fs::File::from(started.status)
+        .read_to_end(&mut status)
+        .unwrap();
+    tono_seal::sys::reap(started.pid).unwrap();
+    tono_seal::launch::report::StatusReport::decode(&status)
+}
+
+#[test]
+fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
+    need_root!();
+    let u = TestUser::with_key();
+    let marker = format!("/tmp/tono-view-mismatch-{}", std::process::id());
+    let touch = |view: View| tono_seal::launch::plan::LaunchPlan {
+        view,
+        ..tono_seal::launch::plan::LaunchPlan::for_user(
+            &u.user,
+            tono_seal::launch::plan::Action::Exec(tono_seal::launch::plan::ExecPlan {
+                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
+                cwd: None,
+                env: Vec::new().into(),
+                secrets: Vec::new(),
+            }),
+        )
+    };
+    use tono_seal::launch::report::StatusReport;
+    for (view, own) in [(View::Private, false), (View::Shared, true)] {
+        match launch_by_hand(&touch(view), own) {
+            StatusReport::Failed(e) => assert_eq!(e.code, "view_mismatch", "{view} {own}: {e:?}"),
+            other => panic!("{view} in own namespaces {own}: not refused: {other:?}"),
+        }
+        assert!(!std::path::Path::new(&marker).exists(), "{view} {own}: ran");
+    }
+    // Controls: each view in the launcher started for it runs the program.
+    for (view, own) in [(View::Private, true), (View::Shared, false)] {
+        let report = launch_by_hand(&touch(view), own);
+        assert!(
+            matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
+            "{view}: {report:?}"
+        );
+        assert!(
+            std::path::Path::new(&marker).exists(),
+            "{view}: did not run"
+        );
+        std::fs::remove_file(&marker).unwrap();
+    }
+}
+
+#[test]
+fn a_program_that_cannot_be_executed_is_reported_with_its_errno_in_both_views() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.sh("printf 'echo ran\\n' > noshebang; chmod 0755 noshebang; printf x > plain; chmod 0644 plain");
+    let home = u.user.home.display().to_string();
+    for view in [View::Private, View::Shared] {
+        for (file, errno) in [("noshebang", libc::ENOEXEC), ("plain", libc::EACCES)] {
+            let call = json!({"tool": "spawn", "args": {"argv": [format!("{home}/{file}")]}});
+            let out = rt().block_on(drop_and_run(&DropRequest {
+                launcher: &launcher(),
+                policy: &Policy::default(),
+                user: &u.user,
+                grants: &[],
+                call: &serde_json::to_vec(&call).unwrap(),
+                options: RunOptions {
+                    view,
+                    ..RunOptions::default()
+                },
+            }));
+            let error = out.launch_error.as_ref().expect("refused");
+            assert_eq!(
+                (error.code.as_str(), error.errno),
+                ("exec_failed", Some(errno)),
+                "{view} {file}: {out:?}"
+            );
+            assert!(!out.stdout.contains("ran"), "{out:?}");
+        }
+    }
+    // Control: a program that can run, runs, in both views.
+    for view in [View::Private, View::Shared] {
+        let out = shell(&u.user, &[], "echo ran", view);
+        assert_eq!(out.stdout, "ran\n", "{view}: {out:?}");
+    }
+}

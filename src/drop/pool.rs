@@ -17,7 +17,8 @@
 //! default cgroup limits take a pooled launcher (the shape it was started
 //! with); a pooled launcher that died while waiting is reaped and never
 //! handed out, and its cgroup is removed; the pool keeps
-//! [`POOL_SIZE`] launchers per launcher path, refilled when a call ends
+//! [`POOL_SIZE`] launchers per launcher path and kind (in namespaces of
+//! its own for the private view, or in the host's), refilled when a call ends
 //! (not when it takes one, so the refill does not take a core from it) by
 //! one long-lived thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
 //! started a process, stays armed for the worker's life). When the worker
@@ -49,10 +50,11 @@ pub struct Ready {
 }
 
 impl Ready {
-    /// Starts a launcher at `path` and moves it into a fresh call cgroup.
-    fn start(path: &Path) -> io::Result<Self> {
+    /// Starts a launcher at `path` (in namespaces of its own for
+    /// `own_namespaces`) and moves it into a fresh call cgroup.
+    fn start(path: &Path, own_namespaces: bool) -> io::Result<Self> {
         let null = open_null()?;
-        let started = start(path, Some(&null), true)?;
+        let started = start(path, Some(&null), true, own_namespaces)?;
         let made = CallCgroup::create(
             contain::mounts(),
             UNASSIGNED,
@@ -80,10 +82,14 @@ impl Ready {
     }
 }
 
+/// A kind of pooled launcher: its path, and whether it waits in
+/// namespaces of its own (for the private view).
+type Kind = (PathBuf, bool);
+
 #[derive(Default)]
 struct Waiting {
-    /// Launchers waiting for a plan, by launcher path.
-    ready: HashMap<PathBuf, Vec<Ready>>,
+    /// Launchers waiting for a plan, by kind.
+    ready: HashMap<Kind, Vec<Ready>>,
 }
 
 struct Pool {
@@ -108,16 +114,20 @@ fn pool() -> &'static Pool {
     })
 }
 
-/// A waiting launcher for `path` (stdin `/dev/null`, output captured) in
-/// a cgroup with `limits` (`pids.max`, memory), if one is alive and the
-/// limits are the defaults it was made with.
-pub fn take(path: &Path, limits: (u64, u64)) -> Option<Ready> {
+/// A waiting launcher for `path` (stdin `/dev/null`, output captured,
+/// in namespaces of its own if `own_namespaces`) in a cgroup with `limits`
+/// (`pids.max`, memory), if one is alive and the limits are the defaults
+/// it was made with.
+pub fn take(path: &Path, own_namespaces: bool, limits: (u64, u64)) -> Option<Ready> {
     if limits != (contain::DEFAULT_PIDS_MAX, contain::DEFAULT_MEMORY_MAX) {
         return None;
     }
     let pool = pool();
     let mut waiting = pool.waiting.lock().ok()?;
-    let list = waiting.ready.entry(path.to_path_buf()).or_default();
+    let list = waiting
+        .ready
+        .entry((path.to_path_buf(), own_namespaces))
+        .or_default();
     let mut found = None;
     while let Some(ready) = list.pop() {
         // A launcher that died while it waited (killed by an operator, out
@@ -164,20 +174,20 @@ pub fn replenish() {
 }
 
 /// The refill thread: keeps [`POOL_SIZE`] launchers waiting for every
-/// path a call has asked for.
+/// kind a call has asked for.
 fn refill() {
     let pool = pool();
     loop {
-        let short: Vec<PathBuf> = {
+        let short: Vec<Kind> = {
             let Ok(mut waiting) = pool.waiting.lock() else {
                 return;
             };
             loop {
-                let short: Vec<PathBuf> = waiting
+                let short: Vec<Kind> = waiting
                     .ready
                     .iter()
                     .filter(|(_, l)| l.len() < POOL_SIZE)
-                    .map(|(p, _)| p.clone())
+                    .map(|(kind, _)| kind.clone())
                     .collect();
                 if !short.is_empty() {
                     break short;
@@ -188,20 +198,20 @@ fn refill() {
                 };
             }
         };
-        for path in short {
+        for kind in short {
             // Started outside the lock: a call never waits for a spawn.
-            match Ready::start(&path) {
+            match Ready::start(&kind.0, kind.1) {
                 Ok(started) => {
                     if let Ok(mut waiting) = pool.waiting.lock() {
-                        waiting.ready.entry(path).or_default().push(started);
+                        waiting.ready.entry(kind).or_default().push(started);
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(launcher = %path.display(), error = %e,
+                    tracing::warn!(launcher = %kind.0.display(), error = %e,
                         "could not start a pooled launcher; calls start their own");
                     if let Ok(mut waiting) = pool.waiting.lock() {
                         // Stop asking for this path until a call asks again.
-                        waiting.ready.remove(&path);
+                        waiting.ready.remove(&kind);
                     }
                 }
             }

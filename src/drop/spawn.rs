@@ -229,9 +229,10 @@ pub async fn launch_tapped(
     let path = launcher.check_installed()?;
     let capture = matches!(output, Output::Capture(_));
     let limits = setup.as_ref().and_then(|s| s.cgroup_limits);
+    let own_namespaces = plan.in_own_namespaces();
     let pooled = match limits {
         Some(limits) if launcher.pooled && input == Input::Null && capture => {
-            pool::take(&path, limits)
+            pool::take(&path, own_namespaces, limits)
         }
         _ => None,
     };
@@ -243,7 +244,7 @@ pub async fn launch_tapped(
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = start(&path, null.as_ref(), capture)
+            let started = start(&path, null.as_ref(), capture, own_namespaces)
                 .map_err(|e| spawn_error(&format!("start {}", path.display()), e))?;
             (started, None)
         }

@@ -2,7 +2,7 @@
 //! started launcher with the worker's ends of its pipes ([`Started`]).
 //!
 //! Guarantees: the launcher starts through [`crate::sys::spawn_launcher`]
-//! (`posix_spawn`: no code of ours runs in the child) with an empty
+//! (`clone(CLONE_VM|CLONE_VFORK)`: only syscalls run in the child) with an empty
 //! environment, its plan pipe on fd 3 and status pipe on fd 4, stdio from
 //! the fds given, and no other fd of the worker's; a [`Started`] that will
 //! get no plan is killed and reaped (`Started::end`), never left behind.
@@ -109,8 +109,15 @@ impl Started {
 }
 
 /// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
-/// and stdout/stderr into fresh pipes when `capture`, else the worker's.
-pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<Started> {
+/// and stdout/stderr into fresh pipes when `capture`, else the worker's;
+/// with `own_namespaces` as the init of a PID namespace of its own (for a
+/// call of the private view, see [`crate::launch::view`]).
+pub fn start(
+    path: &Path,
+    stdin: Option<&OwnedFd>,
+    capture: bool,
+    own_namespaces: bool,
+) -> io::Result<Started> {
     let c_path = CString::new(path.as_os_str().as_bytes())?;
     let (plan_r, plan_w) = sys::pipe_above_status()?;
     let (status_r, status_w) = sys::pipe_above_status()?;
@@ -130,7 +137,13 @@ pub fn start(path: &Path, stdin: Option<&OwnedFd>, capture: bool) -> io::Result<
         from(out.as_ref().map(|(_, w)| w)),
         from(err.as_ref().map(|(_, w)| w)),
     ];
-    let pid = sys::spawn_launcher(&c_path, stdio, plan_r.as_fd(), status_w.as_fd())?;
+    let pid = sys::spawn_launcher(
+        &c_path,
+        stdio,
+        plan_r.as_fd(),
+        status_w.as_fd(),
+        own_namespaces,
+    )?;
     // The child has its copies; the worker keeps only its own ends.
     Ok(Started {
         pid,

@@ -41,6 +41,14 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// Whether the launch runs in the call's own namespaces (the private
+    /// view of a program or a file tool): the worker starts its launcher in
+    /// a PID namespace of its own, and the launcher checks it was.
+    pub fn in_own_namespaces(&self) -> bool {
+        self.view == super::view::View::Private
+            && matches!(self.action, Action::Exec(_) | Action::File { .. })
+    }
+
     /// A plan to do `action` as `user`, with the default limits and no
     /// cgroup (the caller adds those it has).
     pub fn for_user(user: &crate::user::TargetUser, action: Action) -> Self {

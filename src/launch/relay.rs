@@ -4,8 +4,9 @@
 //! worker, reaps every process of the call, and reports how the program
 //! ended and how many masks it made.
 //!
-//! Guarantees: the program is forked from this single-threaded process
-//! after the drop was verified, so it runs with exactly the verified
+//! Guarantees: the program is started from this process after the drop was
+//! verified ([`crate::sys::spawn_program`]: no copy of this process's
+//! memory, which holds the values), so it runs with exactly the verified
 //! credentials; it starts with every signal at its default and none
 //! blocked, its own stdin, and the two pipes as stdout and stderr. Nothing
 //! it writes reaches the worker unmasked: bytes go out only through the
@@ -23,44 +24,17 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::mask::{MaskStream, Masker};
 use super::report::{Ended, LaunchError, Stage, EXEC_MARK};
-use crate::sys::{self, ForkSide};
+use crate::sys;
 
 fn relay_error(what: &str, e: Errno) -> LaunchError {
     LaunchError::sys(Stage::Exec, "relay_failed", what, e)
-}
-
-/// The program's side of the fork: its stdio, default signals, `execve`.
-/// On failure the errno goes to the parent on `failed` and it exits 127.
-fn become_program(
-    program: &CStr,
-    argv: &[&CStr],
-    envp: &[&CStr],
-    out: &OwnedFd,
-    err: &OwnedFd,
-    failed: OwnedFd,
-) -> ! {
-    let errno = (|| -> Result<(), Errno> {
-        nix::unistd::dup2(out.as_raw_fd(), 1)?;
-        nix::unistd::dup2(err.as_raw_fd(), 2)?;
-        sys::default_all_signals()?;
-        nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
-        match nix::unistd::execve(program, argv, envp) {
-            Err(e) => Err(e),
-            Ok(never) => match never {},
-        }
-    })()
-    .err()
-    .unwrap_or(Errno::EIO);
-    let _ = File::from(failed).write_all(&(errno as i32).to_le_bytes());
-    // Single-threaded: nothing at exit can wait on another thread's lock.
-    std::process::exit(127)
 }
 
 /// One of the program's output streams on its way to the worker.
@@ -123,7 +97,6 @@ pub fn run(
     let pipe = |what| nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| relay_error(what, e));
     let (out_r, out_w) = pipe("pipe for stdout")?;
     let (err_r, err_w) = pipe("pipe for stderr")?;
-    let (failed_r, failed_w) = pipe("pipe for the exec result")?;
     // SIGCHLD through a descriptor, so one poll waits for output and exits.
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
@@ -131,31 +104,17 @@ pub fn run(
         .map_err(|e| relay_error("block SIGCHLD", e))?;
     let children = SignalFd::with_flags(&chld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| relay_error("signalfd", e))?;
-    let child = match sys::fork_single_threaded() {
-        Ok(ForkSide::Child) => {
-            drop((out_r, err_r, failed_r));
-            become_program(program, argv, envp, &out_w, &err_w, failed_w)
-        }
-        Ok(ForkSide::Parent(child)) => child,
-        Err(e) => {
-            return Err(relay_error(
-                "fork the program",
+    let child =
+        sys::spawn_program(program, argv, envp, out_w.as_fd(), err_w.as_fd()).map_err(|e| {
+            LaunchError::sys(
+                Stage::Exec,
+                "exec_failed",
+                "execve",
                 Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-            ))
-        }
-    };
-    drop((out_w, err_w, failed_w));
-    let mut errno = [0u8; 4];
-    let mut failed = File::from(failed_r);
-    if failed.read_exact(&mut errno).is_ok() {
-        let _ = waitpid(child, None);
-        return Err(LaunchError::sys(
-            Stage::Exec,
-            "exec_failed",
-            "execve",
-            Errno::from_raw(i32::from_le_bytes(errno)),
-        ));
-    }
+            )
+        })?;
+    let child = Pid::from_raw(child);
+    drop((out_w, err_w));
     let _ = status.write_all(&[EXEC_MARK]);
     let nonblocking = |fd: OwnedFd| -> Result<File, LaunchError> {
         nix::fcntl::fcntl(

@@ -1,20 +1,30 @@
 //! The launcher: the one way a program for a user starts.
 //!
 //! `tono-launch` is started by the worker as root with an empty environment,
-//! its plan on fd 3 and its status pipe on fd 4. In this order it:
+//! its plan on fd 3 and its status pipe on fd 4; for a call of the private
+//! view, as the init of a PID namespace of its own. In this order it:
 //!
+//! 0. before the plan, if it is such an init: enters a mount namespace of
+//!    its own with a fresh `/proc` ([`super::view::enter_at_start`]); and
+//!    while no plan is there yet (a pooled launcher), seals and unseals a
+//!    throwaway value so the call's first unseal finds its set-up done;
 //! 1. as root, with syscalls only: reads the plan and closes fd 3, closes
 //!    every fd above the status pipe (`close_range`), marks the status pipe
-//!    CLOEXEC, checks the plan against the passwd file, `setsid()`s, sets
-//!    `RLIMIT_CORE` 0 and the plan's `RLIMIT_NOFILE`/`RLIMIT_NPROC`, drops
-//!    the capability bounding set, then `setgroups([])`, `setresgid`, `setresuid`, `PR_SET_NO_NEW_PRIVS`, and
-//!    `PR_SET_PDEATHSIG(SIGKILL)` (set after the credential change, which
-//!    clears it);
+//!    CLOEXEC, checks the plan against the passwd file and its view against
+//!    how this launcher was started, covers the key store (private view),
+//!    `setsid()`s, sets `RLIMIT_CORE` 0 and the plan's
+//!    `RLIMIT_NOFILE`/`RLIMIT_NPROC`, drops the capability bounding set,
+//!    then `setgroups([])`, `setresgid`, `setresuid`,
+//!    `PR_SET_NO_NEW_PRIVS`, and `PR_SET_PDEATHSIG(SIGKILL)` (set after the
+//!    credential change, which clears it), and checks the worker still
+//!    listens;
 //! 2. verifies the drop held ([`super::drop_held::check_drop_held`]); any
 //!    failure is reported on the status pipe and nothing runs;
 //! 3. as the user: opens the identity, unseals only the requested secrets
 //!    into the program's fresh environment, enters the working folder, and
-//!    `execve`s the program, or performs a built-in operation.
+//!    `execve`s the program (shared view) or starts it behind the masking
+//!    relay and ends when it ends (private view), or performs a built-in
+//!    operation.
 //!
 //! Nothing here runs between fork and exec of the worker: this is its own
 //! single-threaded program, so it may allocate freely.
@@ -211,7 +221,9 @@ fn drop_privileges(plan: &LaunchPlan) -> Result<(), LaunchError> {
     nix::sys::prctl::set_no_new_privs().map_err(drop_error("prctl(PR_SET_NO_NEW_PRIVS)"))?;
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(drop_error("prctl(PR_SET_PDEATHSIG)"))?;
-    if nix::unistd::getppid() != parent {
+    // As a PID namespace's init, the parent is outside it (getppid() is 0
+    // throughout): the worker's end of the status pipe tells instead.
+    if nix::unistd::getppid() != parent || sys::reader_gone(sys::STATUS_FD) {
         return Err(LaunchError::new(
             Stage::Drop,
             "worker_gone",
@@ -230,7 +242,16 @@ enum Finish {
 }
 
 fn launch(status: &mut File) -> Result<Finish, LaunchError> {
+    // Before the plan: a pooled launcher has this done ahead of its call.
+    let own_namespaces = view::enter_at_start();
+    if sys::nothing_to_read(sys::PLAN_FD) {
+        // Waiting for a plan anyway (a pooled launcher): the first unseal
+        // and masking of the call should not pay for their set-up.
+        crate::keys::seal::warm_up();
+        let _ = Masker::new(&[("warm-up", b"tono-seal warm-up value")]);
+    }
     let plan = read_plan()?;
+    let own_namespaces = own_namespaces?;
     sys::close_fds_from(sys::STATUS_FD as u32 + 1).map_err(drop_error("close_range"))?;
     nix::fcntl::fcntl(
         sys::STATUS_FD,
@@ -240,23 +261,22 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     check_target(&plan)?;
     enter_cgroups(&plan)?;
     // The call's own view, made as root before the drop (see `view`).
-    let private =
-        plan.view == View::Private && matches!(plan.action, Action::Exec(_) | Action::File { .. });
-    let mut store = None;
-    if private {
-        let program = matches!(plan.action, Action::Exec(_));
-        match view::enter(&plan.home, plan.uid, program)? {
-            view::Side::Call(fd) => store = fd,
-            view::Side::Waiter(call) => {
-                // Outside the call's PID namespace: drop too, then only wait.
-                if let Err(e) = drop_privileges(&plan) {
-                    let _ = nix::sys::signal::kill(call, nix::sys::signal::Signal::SIGKILL);
-                    return Err(e);
-                }
-                view::wait_and_end_like(call, EXIT_REFUSED);
-            }
-        }
+    if plan.in_own_namespaces() != own_namespaces {
+        return Err(LaunchError::new(
+            Stage::View,
+            "view_mismatch",
+            if own_namespaces {
+                "this launcher was started in namespaces of its own, for a private call only"
+            } else {
+                "a private call needs a launcher started in namespaces of its own"
+            },
+        ));
     }
+    let store = if own_namespaces {
+        view::cover_store(&plan.home, plan.uid)?
+    } else {
+        None
+    };
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
     match &plan.action {

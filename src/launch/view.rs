@@ -1,7 +1,7 @@
-//! The call's own view of the machine: a mount namespace in which the
-//! user's key store is an empty read-only folder, and (for a program) a PID
-//! namespace with a fresh `/proc` in which only the call's own processes
-//! exist.
+//! The call's own view of the machine: a PID namespace whose init is the
+//! call's launcher, with a fresh `/proc` in which only the call's own
+//! processes exist, and a mount namespace in which the user's key store is
+//! an empty read-only folder.
 //!
 //! Guarantees:
 //! - Root never acts by a path a user controls. `~/.tono` is opened by root
@@ -21,10 +21,16 @@
 //! - Propagation is private (`MS_REC|MS_PRIVATE`) before anything is
 //!   mounted: nothing mounted for the call appears outside it, and no later
 //!   mount of the host's reaches into it.
-//! - In a PID namespace the launcher's child is the namespace's init; the
-//!   launcher itself stays outside, drops to the user too, holds no fd of
-//!   the call, and ends the way its child ended. When the init exits, the
-//!   kernel kills everything left in the namespace.
+//! - The launcher is started as the init of a new PID namespace
+//!   (`clone(CLONE_NEWPID)` by the worker, no fork of its own) and makes
+//!   its own mount namespace before it reads a plan, so a pooled launcher
+//!   has paid for both before a call takes it; only the store's cover is
+//!   mounted on the call's path. When the launcher exits, the kernel kills
+//!   everything left in the namespace. A pooled launcher sees the host's
+//!   mounts as they were when it started.
+//! - A launcher in its own namespaces runs only a program or a file tool of
+//!   the private view, and a launcher in the host's never runs one: the
+//!   launcher checks the plan against how it was started (`view_mismatch`).
 //! - A kernel that refuses a namespace or a mount refuses the call, with
 //!   the errno (`view_refused`); the worker never falls back by itself.
 #![forbid(unsafe_code)]
@@ -41,7 +47,7 @@ use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
 use super::report::{LaunchError, Stage};
-use crate::sys::{self, ForkSide};
+use crate::sys;
 
 /// What a call sees of the machine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,41 +134,18 @@ pub fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-/// Which process this is after [`enter`].
-#[derive(Debug)]
-pub enum Side {
-    /// The launcher outside the call's PID namespace: it drops, then
-    /// waits for the call ([`wait_and_end_like`]).
-    Waiter(nix::unistd::Pid),
-    /// The call's side, inside the new namespaces, still root, with the
-    /// store's descriptor (opened in the call's mount namespace: a mount
-    /// can only be made on a folder of the namespace it is made in).
-    Call(Option<OwnedFd>),
-}
-
-/// Enters the call's own namespaces, still as root: a mount namespace, and
-/// with `pids` a PID namespace (which needs a fork: the child is its init).
-/// In the call's side, propagation is made private, a fresh `/proc` is
-/// mounted (with `pids`), and the user's store ([`open_store`]) is covered
-/// by an empty read-only tmpfs.
-pub fn enter(home: &Path, uid: u32, pids: bool) -> Result<Side, LaunchError> {
-    // The PID namespace first, in this process (it applies to the next
-    // child, the call's init); the mount namespace in the call's side only,
-    // so the waiter keeps the host's mounts (and its own `/proc/self`).
-    if pids {
-        nix::sched::unshare(CloneFlags::CLONE_NEWPID)
-            .map_err(|e| refused("unshare(CLONE_NEWPID)", e))?;
-        match sys::fork_single_threaded() {
-            Ok(ForkSide::Parent(child)) => return Ok(Side::Waiter(child)),
-            Ok(ForkSide::Child) => {}
-            Err(e) => {
-                return Err(refused(
-                    "fork into the PID namespace",
-                    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-                ))
-            }
-        }
+/// Whether this launcher was started in a PID namespace of its own (as
+/// its init, by [`crate::sys::spawn_launcher`] for a call of the private
+/// view); if so, enters a mount namespace of its own, makes every mount
+/// private and mounts a fresh `/proc` that shows only this namespace.
+/// Done at start, before the plan is read: a pooled launcher has it done
+/// before a call takes it. Errors are kept for the call to report.
+pub fn enter_at_start() -> Result<bool, LaunchError> {
+    if nix::unistd::getpid().as_raw() != 1 {
+        return Ok(false);
     }
+    // This process's own mount namespace, made here rather than trusted
+    // from the spawn: the mounts below never touch the host's.
     nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| refused("unshare(CLONE_NEWNS)", e))?;
     nix::mount::mount(
         None::<&str>,
@@ -172,16 +155,21 @@ pub fn enter(home: &Path, uid: u32, pids: bool) -> Result<Side, LaunchError> {
         None::<&str>,
     )
     .map_err(|e| refused("make every mount private", e))?;
-    if pids {
-        nix::mount::mount(
-            Some("proc"),
-            "/proc",
-            Some("proc"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            None::<&str>,
-        )
-        .map_err(|e| refused("mount a fresh /proc", e))?;
-    }
+    nix::mount::mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| refused("mount a fresh /proc", e))?;
+    Ok(true)
+}
+
+/// Covers the user's store ([`open_store`]) with an empty read-only tmpfs,
+/// as root, in this launcher's own mount namespace
+/// ([`enter_at_start`]); returns the descriptor of the store underneath.
+pub fn cover_store(home: &Path, uid: u32) -> Result<Option<OwnedFd>, LaunchError> {
     let store = open_store(home, uid)?;
     if let Some(store) = &store {
         nix::mount::mount(
@@ -193,28 +181,5 @@ pub fn enter(home: &Path, uid: u32, pids: bool) -> Result<Side, LaunchError> {
         )
         .map_err(|e| refused("mount an empty folder over the key store", e))?;
     }
-    Ok(Side::Call(store))
-}
-
-/// The waiter's whole life after its drop: it keeps no fd of the call,
-/// waits for the call's init, and ends as it ended (its exit code, or its
-/// signal raised again); `lost` if the wait itself failed.
-pub fn wait_and_end_like(child: nix::unistd::Pid, lost: i32) -> ! {
-    for fd in [0, 1, 2, sys::STATUS_FD] {
-        let _ = nix::unistd::close(fd);
-    }
-    use nix::sys::wait::{waitpid, WaitStatus};
-    let code = loop {
-        match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, code)) => break code,
-            Ok(WaitStatus::Signaled(_, signal, _)) => {
-                let _ = sys::default_all_signals();
-                let _ = nix::sys::signal::kill(nix::unistd::getpid(), signal);
-                break 128 + signal as i32;
-            }
-            Ok(_) | Err(Errno::EINTR) => continue,
-            Err(_) => break lost,
-        }
-    };
-    std::process::exit(code)
+    Ok(store)
 }

@@ -51,3 +51,32 @@ pub fn open_beneath(
     // it; `OwnedFd` closes it exactly once.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
+
+/// What `poll` reports on `fd` now, without waiting: its `revents` for
+/// `events` (0 when nothing is ready, or on an error of poll itself).
+fn poll_now(fd: RawFd, events: libc::c_short) -> libc::c_short {
+    let mut poll = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes one pollfd, a live local, and does not
+    // wait (timeout 0).
+    let rc = unsafe { libc::poll(&mut poll, 1, 0) };
+    if rc > 0 {
+        poll.revents
+    } else {
+        0
+    }
+}
+
+/// Whether nobody holds the read end of the pipe whose write end is `fd`
+/// any more (`poll` reports `POLLERR` on such a write end at once).
+pub fn reader_gone(fd: RawFd) -> bool {
+    poll_now(fd, libc::POLLOUT) & libc::POLLERR != 0
+}
+
+/// Whether reading `fd` would block now (nothing to read, no end of file).
+pub fn nothing_to_read(fd: RawFd) -> bool {
+    poll_now(fd, libc::POLLIN) == 0
+}

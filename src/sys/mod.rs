@@ -5,13 +5,12 @@
 //! is `#![forbid(unsafe_code)]`, and `tests/architecture.rs` checks it). Each
 //! block states why it is sound. Ids cross this boundary as
 //! [`nix::unistd::Uid`]/[`nix::unistd::Gid`] newtypes; errors as
-//! [`nix::errno::Errno`] / [`std::io::Error`]. No function here allocates
-//! in a child between fork and exec of a multi-threaded process: the
-//! launcher is started with `posix_spawn`, whose child runs no code of
-//! ours, and the launcher itself forks only while it has one thread
-//! ([`process::fork_single_threaded`] checks).
+//! [`nix::errno::Errno`] / [`std::io::Error`]. Nothing forks: every child
+//! (the launcher, a tool) is started by [`spawn`]'s
+//! `clone(CLONE_VM|CLONE_VFORK)`, whose child runs only syscalls — no
+//! allocation, no lock — between the clone and `execve`.
 //!
-//! One file per kind of resource: [`spawn`] (starting the launcher),
+//! One file per kind of resource: [`spawn`] (starting the launcher or a tool),
 //! [`process`] (reaping, pidfds, signal dispositions), [`fd`] (inherited
 //! fds and no-follow opens).
 
@@ -19,9 +18,11 @@ pub mod fd;
 pub mod process;
 pub mod spawn;
 
-pub use fd::{close_fds_from, open_beneath, take_inherited_fd};
+pub use fd::{close_fds_from, nothing_to_read, open_beneath, reader_gone, take_inherited_fd};
 pub use process::{
-    default_all_signals, drop_capability_bounding_set, fork_single_threaded, pidfd_open,
-    pidfd_send_signal, reap, try_reap, watch_pidfd, ForkSide,
+    default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,
+    try_reap, watch_pidfd,
 };
-pub use spawn::{dup_above, pipe_above_status, spawn_launcher, StdioFrom, PLAN_FD, STATUS_FD};
+pub use spawn::{
+    dup_above, pipe_above_status, spawn_launcher, spawn_program, StdioFrom, PLAN_FD, STATUS_FD,
+};

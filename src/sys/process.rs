@@ -44,9 +44,11 @@ pub fn reap(pid: libc::pid_t) -> io::Result<std::process::ExitStatus> {
 /// Puts every signal back to its default disposition before `execve`
 /// (which keeps an ignored disposition). Two are ignored on the way here:
 /// the Rust runtime ignores SIGPIPE at start-up (a tool would get EPIPE
-/// errors where a pipeline expects it to die quietly), and glibc's
-/// `posix_spawn` ignores its internal signals 32 and 33 in the child. glibc's
-/// own `sigaction` refuses those two, so this is the raw syscall.
+/// errors where a pipeline expects it to die quietly), and glibc keeps its
+/// internal signals 32 and 33 to itself (its own `sigaction` refuses them,
+/// so this is the raw syscall). It also takes the worker's handlers off a
+/// child that still shares the worker's memory ([`super::spawn`]). Only
+/// syscalls: safe between clone and exec.
 pub fn default_all_signals() -> Result<(), Errno> {
     // The kernel's `struct sigaction` with every field zero is SIG_DFL, no
     // flags, no restorer and an empty mask, whatever the field order.
@@ -146,31 +148,4 @@ pub fn drop_capability_bounding_set() -> Result<(), Errno> {
         }
     }
     Ok(())
-}
-
-/// Which side of a [`fork_single_threaded`] this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForkSide {
-    /// The parent, with the child's pid.
-    Parent(nix::unistd::Pid),
-    /// The child.
-    Child,
-}
-
-/// `fork(2)` for a process that has exactly one thread (the launcher),
-/// checked in `/proc/self/task` first: only then may the child allocate and
-/// run ordinary code before `execve`, because no other thread can have held
-/// a lock at the moment of the fork. Refused with `EDEADLK` otherwise.
-pub fn fork_single_threaded() -> io::Result<ForkSide> {
-    let threads = std::fs::read_dir("/proc/self/task")?.count();
-    if threads != 1 {
-        return Err(io::Error::from_raw_os_error(libc::EDEADLK));
-    }
-    // SAFETY: this process has one thread (checked just above; the launcher
-    // starts none), so the child inherits no lock held by another thread
-    // and may run any code, as after a fork in a single-threaded program.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Parent { child } => Ok(ForkSide::Parent(child)),
-        nix::unistd::ForkResult::Child => Ok(ForkSide::Child),
-    }
 }
