@@ -203,8 +203,9 @@ printf '%s\n' "$A" | base64 -w0; echo
 printf 'a%s\n' "$A" | base64 -w0; echo
 printf 'ab%s\n' "$A" | base64 -w0; echo
 printf '%s\n' "$A" | basenc --base64url
-printf '%s' "$A" | xxd -p | tr -d '\n'; echo
-printf '%s' "$A" | od -An -v -tx1 | tr -d ' \n'; echo
+printf '%s' "$A" | xxd -p
+printf '%s' "$A" | od -An -v -tx1
+printf '%s' "$A$A" | base64
 python3 -c 'import os,urllib.parse; print(urllib.parse.quote(os.environ["A"], safe=""))'
 python3 -c 'import json,os; print(json.dumps(os.environ["A"]))'
 python3 -c 'import json,os; print(json.dumps(os.environ["A"], ensure_ascii=False))'
@@ -224,9 +225,19 @@ print()
         "{out:?}"
     );
     let both = format!("{}\n{}", out.stdout, out.stderr);
+    // Wrapped (xxd -p at 30 bytes, base64 at 76 characters) or spaced
+    // (od): the forms are looked for with all whitespace taken out.
+    let solid = |text: &str| text.replace([' ', '\n', '\r', '\t'], "");
     for form in printed_forms(ALPHA) {
-        assert!(!both.contains(&form), "{form:?} leaked in:\n{both}");
+        assert!(
+            !solid(&both).contains(&solid(&form)),
+            "{form:?} leaked in:\n{both}"
+        );
     }
+    assert!(
+        out.stdout.lines().filter(|l| l.len() > 60).count() == 0,
+        "a wrapped line went out unmasked:\n{both}"
+    );
     let masks = out.masks.as_ref().expect("mask counts");
     assert!(masks["A"] >= 13, "{masks:?}\n{both}");
     assert_eq!(out.stdout.lines().next(), Some("[masked:A]"), "{both}");

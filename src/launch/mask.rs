@@ -8,11 +8,15 @@
 //! characters that depend on the value alone), hex (lower and upper case),
 //! percent-encoding (upper and lower case hex) and JSON string escaping
 //! (UTF-8 kept, or every non-ASCII character as `\uXXXX`) — and replaced by
-//! `[masked:NAME]`, leftmost-longest. Output split across any number of
+//! `[masked:NAME]`, leftmost-longest. Matching ignores runs of up to
+//! [`MAX_GAP`] whitespace bytes on both sides, so a form wrapped into lines
+//! (`base64`, `xxd -p`) or spaced into bytes (`od -An -tx1`) is masked
+//! whole, whitespace and all. Output split across any number of
 //! writes at any byte boundary is masked the same: a stream holds back the
 //! longest pattern's length minus one byte and nothing else, with no timer
 //! that could flush a partial match; everything that is not a match passes
-//! unchanged. A value shorter than [`MIN_MASKED_BYTES`] is refused, never
+//! unchanged. A value with fewer than [`MIN_MASKED_BYTES`] bytes that are
+//! not whitespace is refused, never
 //! passed through unmasked. The patterns and held-back bytes are wiped.
 #![forbid(unsafe_code)]
 
@@ -24,16 +28,61 @@ use zeroize::{Zeroize, Zeroizing};
 pub const MIN_MASKED_BYTES: usize = 4;
 /// The shortest base64 core that is matched (shorter ones are too common).
 const MIN_CORE_CHARS: usize = 4;
+/// The longest run of whitespace that is ignored inside a match: what
+/// `base64` and `xxd -p` put at a line's end (`\n`, `\r\n`) and `od`
+/// between bytes and lines (` `, `\n `). A longer run is matched as it is.
+pub const MAX_GAP: usize = 4;
+
+fn is_gap(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// `bytes` as the matcher sees it, appended to `folded`, with each kept
+/// byte's index in `bytes` appended to `at`: a run of whitespace of up to
+/// [`MAX_GAP`] bytes is dropped, a longer one kept. `gap_before` gap bytes
+/// came just before `bytes` and belong to its first run. Returns how many
+/// bytes of `bytes` are decided: a trailing run that could still grow past
+/// [`MAX_GAP`] is not, unless `end`.
+fn fold(
+    bytes: &[u8],
+    gap_before: usize,
+    end: bool,
+    folded: &mut Vec<u8>,
+    at: &mut Vec<usize>,
+) -> usize {
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_gap(bytes[i]) {
+            folded.push(bytes[i]);
+            at.push(i);
+            i += 1;
+            continue;
+        }
+        let run_end = bytes[i..]
+            .iter()
+            .position(|&b| !is_gap(b))
+            .map_or(bytes.len(), |p| i + p);
+        let run = run_end - i + if i == 0 { gap_before } else { 0 };
+        if run > MAX_GAP {
+            folded.extend_from_slice(&bytes[i..run_end]);
+            at.extend(i..run_end);
+        } else if run_end == bytes.len() && !end {
+            return i;
+        }
+        i = run_end;
+    }
+    bytes.len()
+}
 
 /// Why a set of values cannot be masked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MaskError {
     /// A value is too short to mask.
-    #[error("secret {name} is {len} bytes; a value under {MIN_MASKED_BYTES} bytes cannot be masked in output without wrecking it, so it is refused")]
+    #[error("secret {name} has {len} bytes that are not whitespace; a value with fewer than {MIN_MASKED_BYTES} cannot be masked in output without wrecking it, so it is refused")]
     TooShort {
         /// The secret's name.
         name: String,
-        /// Its length.
+        /// How many of its bytes are not whitespace.
         len: usize,
     },
     /// The matcher could not be built.
@@ -164,15 +213,20 @@ impl Masker {
         let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         let mut owner = Vec::new();
         for (index, (name, value)) in secrets.iter().enumerate() {
-            if value.len() < MIN_MASKED_BYTES {
+            let solid = value.iter().filter(|&&b| !is_gap(b)).count();
+            if solid < MIN_MASKED_BYTES {
                 return Err(MaskError::TooShort {
                     name: (*name).to_owned(),
-                    len: value.len(),
+                    len: solid,
                 });
             }
             for form in forms(value) {
-                owner.push(index);
-                patterns.push(form);
+                let mut folded = Zeroizing::new(Vec::with_capacity(form.len()));
+                fold(&form, 0, true, &mut folded, &mut Vec::new());
+                if !folded.is_empty() {
+                    owner.push(index);
+                    patterns.push(folded);
+                }
             }
         }
         let hold = patterns.iter().map(|p| p.len()).max().unwrap_or(1) - 1;
@@ -206,26 +260,48 @@ impl Masker {
     /// `out`; at the end of the stream everything is final.
     fn drain(&mut self, stream: &mut MaskStream, out: &mut Vec<u8>, end: bool) {
         let pending = &stream.pending;
-        // A match that starts before `safe` lies wholly in `pending` (no
+        let mut folded = Zeroizing::new(Vec::with_capacity(pending.len()));
+        let mut at = Vec::with_capacity(pending.len());
+        let decided = fold(pending, stream.gap_before, end, &mut folded, &mut at);
+        // A match that starts before `safe` lies wholly in `folded` (no
         // pattern is longer than hold + 1), so the choice there is final.
         let safe = if end {
-            pending.len()
+            folded.len()
         } else {
-            pending.len().saturating_sub(self.hold)
+            folded.len().saturating_sub(self.hold)
         };
         let mut done = 0;
-        for found in self.matcher.find_iter(&pending[..]) {
+        for found in self.matcher.find_iter(&folded[..]) {
             if found.start() >= safe {
                 break;
             }
-            out.extend_from_slice(&pending[done..found.start()]);
+            // The raw bytes of the match, with the whitespace inside it.
+            let (start, stop) = (at[found.start()], at[found.end() - 1] + 1);
+            out.extend_from_slice(&pending[done..start]);
             let secret = self.owner[found.pattern().as_usize()];
             self.counts[secret] += 1;
             out.extend_from_slice(format!("[masked:{}]", self.names[secret]).as_bytes());
-            done = found.end();
+            done = stop;
         }
-        let keep_from = done.max(safe);
+        // Everything before the first byte that is not final goes out.
+        let final_until = if safe < folded.len() {
+            at[safe]
+        } else {
+            decided
+        };
+        let keep_from = done.max(final_until);
         out.extend_from_slice(&pending[done..keep_from]);
+        // The run of whitespace that ends where the stream is cut goes on.
+        let gap = pending[..keep_from]
+            .iter()
+            .rev()
+            .take_while(|&&b| is_gap(b))
+            .count();
+        stream.gap_before = if gap == keep_from {
+            stream.gap_before.saturating_add(gap)
+        } else {
+            gap
+        };
         // The rest moves to the front; the bytes left behind are wiped.
         let rest = pending.len() - keep_from;
         stream.pending.copy_within(keep_from.., 0);
@@ -249,6 +325,8 @@ impl Masker {
 #[derive(Default)]
 pub struct MaskStream {
     pending: Zeroizing<Vec<u8>>,
+    /// Whitespace bytes that went out just before `pending`, in one run.
+    gap_before: usize,
 }
 
 #[cfg(test)]
@@ -348,6 +426,7 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..40), 1..6),
             cuts in proptest::collection::vec(0usize..400, 0..12),
         ) {
+            prop_assume!(value.iter().filter(|&&b| !is_gap(b)).count() >= MIN_MASKED_BYTES);
             let mut masker = Masker::new(&[("V", &value)]).unwrap();
             // Noise with the value (in some form) between each piece.
             let forms_printed = printed_forms_any(&value);
@@ -368,9 +447,15 @@ mod tests {
             prop_assert_eq!(&out, &whole);
             prop_assert!(!contains(&out, &value));
             for f in forms(&value) { prop_assert!(!contains(&out, &f)); }
-            // With nothing to mask, everything passes unchanged.
+            // With nothing to mask (whitespace aside), everything passes
+            // unchanged.
             let plain: Vec<u8> = noise.concat();
-            if !forms(&value).iter().any(|f| contains(&plain, f)) {
+            let solid = |b: &[u8]| -> Vec<u8> {
+                let mut folded = Vec::new();
+                fold(b, 0, true, &mut folded, &mut Vec::new());
+                folded
+            };
+            if !forms(&value).iter().any(|f| contains(&solid(&plain), &solid(f))) {
                 prop_assert_eq!(mask_all(&mut masker, &[&plain]), plain);
             }
         }
@@ -387,6 +472,65 @@ mod tests {
         }
         out.push(hex(value, true).to_vec());
         out.push(percent(value, false).to_vec());
+        // Wrapped into lines, and spaced into bytes.
+        out.push(wrapped(&STANDARD.encode(value).into_bytes(), 7, b"\r\n"));
+        out.push(wrapped(&hex(value, false), 2, b" "));
         out
+    }
+
+    /// `text` with `gap` after every `width` bytes.
+    fn wrapped(text: &[u8], width: usize, gap: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, piece) in text.chunks(width).enumerate() {
+            if i > 0 {
+                out.extend_from_slice(gap);
+            }
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+
+    #[test]
+    fn forms_wrapped_into_lines_or_spaced_into_bytes_are_masked_whole() {
+        let value: &[u8] = b"ghp_4f2a9c1e7b3d5f8a0c6e2b4d9f1a3c5e7b9d0f2a";
+        let mut masker = Masker::new(&[("GH", value)]).unwrap();
+        let b64 = STANDARD.encode([value, b"\n"].concat()).into_bytes();
+        let hex_lower = hex(value, false);
+        let od: Vec<u8> = value
+            .chunks(16)
+            .flat_map(|line| {
+                let mut l: Vec<u8> = line
+                    .iter()
+                    .flat_map(|b| format!(" {b:02x}").into_bytes())
+                    .collect();
+                l.push(b'\n');
+                l
+            })
+            .collect();
+        for printed in [
+            wrapped(&b64, 76, b"\n"),       // base64
+            wrapped(&b64, 10, b"\r\n"),     // a narrower wrap
+            wrapped(&hex_lower, 60, b"\n"), // xxd -p
+            od,                             // od -An -tx1
+        ] {
+            let text = [&b"before\n"[..], &printed, b"after\n"].concat();
+            let chunks: Vec<&[u8]> = text.chunks(1).collect();
+            let out = mask_all(&mut masker, &chunks);
+            let shown = String::from_utf8_lossy(&out);
+            assert!(
+                shown.starts_with("before\n") && shown.ends_with("after\n"),
+                "{shown}"
+            );
+            assert!(shown.contains("[masked:GH]"), "{shown}");
+            // Only one mask, and nothing of the form but the base64 tail
+            // that encodes the newline after the value.
+            assert_eq!(shown.matches("[masked:GH]").count(), 1, "{shown}");
+            let left = shown.replace("[masked:GH]", "");
+            let solid = left.bytes().filter(|b| !is_gap(*b)).count();
+            assert!(solid <= "beforeafter".len() + 4, "{shown}");
+        }
+        // A run longer than MAX_GAP is not looked through.
+        let apart = [&value[..20], b"      ", &value[20..]].concat();
+        assert_eq!(mask_all(&mut masker, &[&apart]), apart);
     }
 }

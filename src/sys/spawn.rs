@@ -1,7 +1,7 @@
 //! Starting a program without copying the caller's memory: the launcher
 //! from the worker (with the fd layout `tono-launch` expects: stdio on 0–2,
 //! its plan on [`PLAN_FD`], its status pipe on [`STATUS_FD`]), and a tool
-//! from the launcher. Both go through one [`clone_exec`]:
+//! from the launcher. Both go through one `clone_exec`:
 //! `clone(CLONE_VM | CLONE_VFORK)` — the way glibc's `posix_spawn` works —
 //! optionally with `CLONE_NEWPID | CLONE_NEWNS`, which `posix_spawn` cannot
 //! ask for: a launcher for the private view starts as the init of a PID
@@ -11,7 +11,7 @@
 //! 20 MB worker costs milliseconds, of the launcher about 0.4 ms on a small
 //! VM), and the caller's thread is suspended until the child has called
 //! `execve` or exited. Between clone and exec the child runs only the
-//! syscalls of [`child_steps`]: it allocates nothing, takes no lock, and
+//! syscalls of `child_steps`: it allocates nothing, takes no lock, and
 //! runs no signal handler of the caller (every signal is blocked in the
 //! caller's thread across the clone and put back to its default in the
 //! child before the mask is cleared). The child starts with every signal
