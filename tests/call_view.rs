@@ -139,7 +139,7 @@ fn two_calls_of_one_user_cannot_see_or_signal_each_other() {
     }
     let pid = pid.expect("the first call's sleep started");
     let probe = format!(
-        "ps -e -o comm= | grep -c -x sleep; \
+        "ps -e -o args= | grep -c -x 'sleep 31'; \
          cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^A=' ; \
          kill -0 {pid} 2>&1; echo \"kill rc=$?\"; \
          cat /proc/{pid}/environ >/dev/null 2>&1; echo \"environ rc=$?\""
