@@ -113,12 +113,7 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
         .success());
 
     // A protected file everyone may write, and code the users may write.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = open_tempdir();
     let rulebase = dir.path().join("rulebase");
     std::fs::write(&rulebase, b"rules").unwrap();
     std::fs::set_permissions(
@@ -203,12 +198,7 @@ fn three_uid_mode_passes_and_an_executor_writable_rulebase_fails_its_probe() {
         TestUser::with_key(),
         TestUser::with_key(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = open_tempdir();
     let rulebase = dir.path().join("rulebase");
     std::fs::write(&rulebase, b"allow nothing").unwrap();
     std::os::unix::fs::chown(&rulebase, Some(gate.user.uid), Some(gate.user.gid)).unwrap();
@@ -334,6 +324,18 @@ impl Drop for ReadOnlyMount {
     }
 }
 
+/// A temporary folder of root's that every user may enter (0755), so a
+/// probe fails only by what is planted inside it.
+fn open_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    dir
+}
+
 fn probe_named<'a>(probes: &'a [Value], user: &str, tried: &str) -> &'a Value {
     probes
         .iter()
@@ -345,12 +347,7 @@ fn probe_named<'a>(probes: &'a [Value], user: &str, tried: &str) -> &'a Value {
 fn a_denial_counts_only_as_eacces_or_eperm_and_anything_else_is_inconclusive() {
     need_root!();
     let (a, b) = (TestUser::with_key(), TestUser::with_key());
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = open_tempdir();
     // A root file closed to others, on a file system mounted read-only:
     // the read is refused by its mode (EACCES), the write by the mount
     // (EROFS), which proves nothing about the mode.
@@ -443,11 +440,10 @@ fn a_denial_counts_only_as_eacces_or_eperm_and_anything_else_is_inconclusive() {
 fn code_and_protected_trees_are_walked_entry_by_entry() {
     need_root!();
     let (a, b) = (TestUser::with_key(), TestUser::with_key());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = open_tempdir();
     let mode = |p: &std::path::Path, m: u32| {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
     };
-    mode(dir.path(), 0o755);
     // A code tree: root's, a link inside it and one out to root's /usr/bin.
     let code = dir.path().join("code");
     std::fs::create_dir_all(code.join("lib/deep")).unwrap();
