@@ -262,7 +262,15 @@ impl Masker {
         let pending = &stream.pending;
         let mut folded = Zeroizing::new(Vec::with_capacity(pending.len()));
         let mut at = Vec::with_capacity(pending.len());
-        let decided = fold(pending, stream.gap_before, end, &mut folded, &mut at);
+        // With nothing to mask (hold 0), nothing waits: not even a run of
+        // whitespace that could still grow.
+        let decided = fold(
+            pending,
+            stream.gap_before,
+            end || self.hold == 0,
+            &mut folded,
+            &mut at,
+        );
         // A match that starts before `safe` lies wholly in `folded` (no
         // pattern is longer than hold + 1), so the choice there is final.
         let safe = if end {
@@ -405,6 +413,25 @@ mod tests {
         let text = b"x hunter2-xyz y";
         let chunks: Vec<&[u8]> = text.chunks(1).collect();
         assert_eq!(mask_all(&mut masker, &chunks), b"x [masked:A] y");
+    }
+
+    #[test]
+    fn with_nothing_to_mask_every_byte_goes_out_at_once() {
+        // A sign-in reads its prompt's last line while the program waits.
+        let mut masker = Masker::new(&[]).unwrap();
+        let mut stream = MaskStream::default();
+        let mut out = Vec::new();
+        masker.feed(&mut stream, b"Enter this code: WXYZ-98765\n", &mut out);
+        assert_eq!(out, b"Enter this code: WXYZ-98765\n");
+        // With a value, only what could still become a match waits.
+        let mut masker = Masker::new(&[("A", b"hunter2-xyz")]).unwrap();
+        let mut stream = MaskStream::default();
+        out.clear();
+        let line = b"this line is long enough to leave a held-back tail behind\n";
+        masker.feed(&mut stream, line, &mut out);
+        assert!(!out.is_empty() && line.starts_with(&out) && out.len() < line.len());
+        let held = line[out.len()..].iter().filter(|b| !is_gap(**b)).count();
+        assert_eq!(held, masker.hold, "{}", String::from_utf8_lossy(&out));
     }
 
     #[test]
