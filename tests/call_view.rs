@@ -320,9 +320,14 @@ fn launch_by_hand(
 ) -> tono_seal::launch::report::StatusReport {
     use std::io::{Read, Write};
     let null = tono_seal::drop::start::open_null().unwrap();
-    let started =
-        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, own_namespaces)
-            .unwrap();
+    let started = tono_seal::drop::start::start(
+        &common::launch_bin(),
+        Some(&null),
+        true,
+        own_namespaces,
+        false,
+    )
+    .unwrap();
     std::fs::File::from(started.plan)
         .write_all(&serde_json::to_vec(plan).unwrap())
         .unwrap();

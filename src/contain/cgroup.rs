@@ -439,8 +439,18 @@ impl CallCgroup {
     }
 }
 
-/// Emptied call cgroups waiting for their `rmdir`.
-static PENDING: AtomicU64 = AtomicU64::new(0);
+/// Emptied call cgroups waiting for their `rmdir`, and the signal that
+/// their number went down ([`settle`] waits on it, not on a timer).
+static PENDING: Mutex<u64> = Mutex::new(0);
+static REMOVED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn pending_add(delta: i64) {
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    *pending = pending.saturating_add_signed(delta);
+    if delta < 0 {
+        REMOVED.notify_all();
+    }
+}
 
 /// Queues an emptied cgroup for removal by the remover thread (started on
 /// first use); removes it here if that thread cannot run.
@@ -459,7 +469,7 @@ fn remove_later(cg: CallCgroup) {
             .ok()
             .map(|_| Mutex::new(tx))
     });
-    PENDING.fetch_add(1, Ordering::SeqCst);
+    pending_add(1);
     let cg = match sender.as_ref().and_then(|tx| tx.lock().ok()) {
         Some(tx) => match tx.send(cg) {
             Ok(()) => return,
@@ -480,20 +490,17 @@ fn removed(cg: CallCgroup) {
             left.push(cg);
         }
     }
-    PENDING.fetch_sub(1, Ordering::SeqCst);
+    pending_add(-1);
 }
 
 /// Waits until every emptied call cgroup has been removed (or `timeout`);
 /// true when none is pending. For a worker about to exit, and for tests.
 pub fn settle(timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while PENDING.load(Ordering::SeqCst) > 0 {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    match REMOVED.wait_timeout_while(pending, timeout, |n| *n > 0) {
+        Ok((left, _)) => *left == 0,
+        Err(_) => false,
     }
-    true
 }
 
 /// The pids listed in a cgroup's `cgroup.procs` (root's file).

@@ -54,7 +54,7 @@ impl Ready {
     /// `own_namespaces`) and moves it into a fresh call cgroup.
     fn start(path: &Path, own_namespaces: bool) -> io::Result<Self> {
         let null = open_null()?;
-        let started = start(path, Some(&null), true, own_namespaces)?;
+        let started = start(path, Some(&null), true, own_namespaces, true)?;
         let made = CallCgroup::create(
             contain::mounts(),
             UNASSIGNED,

@@ -244,7 +244,7 @@ pub async fn launch_tapped(
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = start(&path, null.as_ref(), capture, own_namespaces)
+            let started = start(&path, null.as_ref(), capture, own_namespaces, false)
                 .map_err(|e| spawn_error(&format!("start {}", path.display()), e))?;
             (started, None)
         }

@@ -5,9 +5,10 @@
 //! view, as the init of a PID namespace of its own. In this order it:
 //!
 //! 0. before the plan, if it is such an init: enters a mount namespace of
-//!    its own with a fresh `/proc` ([`super::view::enter_at_start`]); and
-//!    while no plan is there yet (a pooled launcher), seals and unseals a
-//!    throwaway value so the call's first unseal finds its set-up done;
+//!    its own with a fresh `/proc` ([`super::view::enter_at_start`]); and,
+//!    started ahead of need (pooled) with no plan there yet, seals and
+//!    unseals a throwaway value so the call's first unseal finds its set-up
+//!    done;
 //! 1. as root, with syscalls only: reads the plan and closes fd 3, closes
 //!    every fd above the status pipe (`close_range`), marks the status pipe
 //!    CLOEXEC, checks the plan against the passwd file and its view against
@@ -244,9 +245,14 @@ enum Finish {
 fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     // Before the plan: a pooled launcher has this done ahead of its call.
     let own_namespaces = view::enter_at_start();
-    if sys::nothing_to_read(sys::PLAN_FD) {
-        // Waiting for a plan anyway (a pooled launcher): the first unseal
-        // and masking of the call should not pay for their set-up.
+    let pooled = std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            sys::AHEAD_OF_NEED.to_str().unwrap_or_default(),
+        ));
+    if pooled && sys::nothing_to_read(sys::PLAN_FD) {
+        // Waiting for a plan anyway: the first unseal and masking of the
+        // call should not pay for their set-up. (A launcher started for its
+        // call would only delay it: its plan is on the way.)
         crate::keys::seal::warm_up();
         let _ = Masker::new(&[("warm-up", b"tono-seal warm-up value")]);
     }

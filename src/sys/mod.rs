@@ -24,5 +24,6 @@ pub use process::{
     try_reap, watch_pidfd,
 };
 pub use spawn::{
-    dup_above, pipe_above_status, spawn_launcher, spawn_program, StdioFrom, PLAN_FD, STATUS_FD,
+    dup_above, pipe_above_status, spawn_launcher, spawn_program, StdioFrom, AHEAD_OF_NEED, PLAN_FD,
+    STATUS_FD,
 };

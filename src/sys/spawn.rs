@@ -3,9 +3,9 @@
 //! its plan on [`PLAN_FD`], its status pipe on [`STATUS_FD`]), and a tool
 //! from the launcher. Both go through one `clone_exec`:
 //! `clone(CLONE_VM | CLONE_VFORK)` — the way glibc's `posix_spawn` works —
-//! optionally with `CLONE_NEWPID | CLONE_NEWNS`, which `posix_spawn` cannot
-//! ask for: a launcher for the private view starts as the init of a PID
-//! namespace and in a mount namespace of its own, with no fork of its own.
+//! optionally with `CLONE_NEWPID`, which `posix_spawn` cannot ask for: a
+//! launcher for the private view starts as the init of a PID namespace of
+//! its own, with no fork of its own (it makes its mount namespace itself).
 //!
 //! Guarantees: the caller's memory is shared, not copied (a `fork` of a
 //! 20 MB worker costs milliseconds, of the launcher about 0.4 ms on a small
@@ -32,6 +32,9 @@ use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
 pub const PLAN_FD: RawFd = 3;
 /// The fd on which the launcher reports its status (CLOEXEC in the launcher).
 pub const STATUS_FD: RawFd = 4;
+/// The launcher's one argument when it is started ahead of need (pooled):
+/// it may then prepare while it waits for its plan.
+pub const AHEAD_OF_NEED: &CStr = c"ahead-of-need";
 
 /// The child's stack until `execve`: it runs a few syscalls in one frame.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
@@ -106,8 +109,8 @@ fn child_steps(plan: &ChildPlan<'_>) -> libc::c_int {
 }
 
 /// Starts `plan` in a child that shares this process's memory until it
-/// execs, in the new namespaces `namespaces` (none, or
-/// `CLONE_NEWPID | CLONE_NEWNS`). Returns the child's pid (the caller must
+/// execs, in the new namespaces `namespaces` (none, or `CLONE_NEWPID`).
+/// Returns the child's pid (the caller must
 /// reap it), or the errno of the step that failed (the child is reaped).
 fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<libc::pid_t> {
     let mut stack = vec![0u8; CHILD_STACK_BYTES];
@@ -153,11 +156,11 @@ fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<libc::
     }
 }
 
-/// Starts the launcher at `path`: argv `[path]`, an empty environment, cwd
-/// `/`, `stdio` on fds 0–2, `plan` at [`PLAN_FD`] and `status` at
-/// [`STATUS_FD`], nothing else. With `own_namespaces` it starts as the
-/// init of a new PID namespace, in a new mount namespace (the private
-/// view, see `launch::view`). Every source fd must be above
+/// Starts the launcher at `path`: argv `[path]` (`[path, AHEAD_OF_NEED]`
+/// with `ahead_of_need`), an empty environment, cwd `/`, `stdio` on fds
+/// 0–2, `plan` at [`PLAN_FD`] and `status` at [`STATUS_FD`], nothing else.
+/// With `own_namespaces` it starts as the init of a new PID namespace (the
+/// private view, see `launch::view`). Every source fd must be above
 /// [`STATUS_FD`], so that no dup2 clobbers a later source. Returns the pid;
 /// the caller must reap it.
 pub fn spawn_launcher(
@@ -166,6 +169,7 @@ pub fn spawn_launcher(
     plan: BorrowedFd<'_>,
     status: BorrowedFd<'_>,
     own_namespaces: bool,
+    ahead_of_need: bool,
 ) -> io::Result<libc::pid_t> {
     let mut dups = Vec::with_capacity(5);
     for (target, from) in (0..).zip(stdio) {
@@ -175,10 +179,14 @@ pub fn spawn_launcher(
     }
     dups.push((above_status(plan.as_raw_fd())?, PLAN_FD));
     dups.push((above_status(status.as_raw_fd())?, STATUS_FD));
-    let argv = pointers(&[path]);
+    let argv = if ahead_of_need {
+        pointers(&[path, AHEAD_OF_NEED])
+    } else {
+        pointers(&[path])
+    };
     let envp = pointers(&[]);
     let namespaces = if own_namespaces {
-        CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS
+        CloneFlags::CLONE_NEWPID
     } else {
         CloneFlags::empty()
     };
