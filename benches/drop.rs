@@ -1,7 +1,8 @@
 //! The drop against its peers, interleaved in one run, as ratios to
 //! `setpriv`. As root: creates its own throwaway user with 3 sealed
 //! secrets, installs `sudo` if missing, warms up, then runs rounds of every
-//! case, with a 3 ms gap after each call (GAP_MS). `cargo bench --bench
+//! case, with a 3 ms gap after each call (GAP_MS) — except case 6n, a burst
+//! of calls with no gap, timed per call. `cargo bench --bench
 //! drop` (ROUNDS=N to change the 300 default).
 //! Writes `target/bench/drop.json` and, from it, `target/bench/drop.svg`
 //! (median and p99 per case). With `STATIC_LAUNCHER=path` it also times a
@@ -249,6 +250,18 @@ fn main() {
         "6v drop_and_run, 3 secrets, shared view (no namespaces, no mask)",
         Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, None, View::Shared)),
     ));
+    // Back-to-back: a burst of calls with no gap between them (the pool
+    // has no time to refill), timed as the burst's mean per call.
+    const BURST: usize = 4;
+    let back_to_back = cases.len();
+    cases.push((
+        "6n drop_and_run, 3 secrets, back-to-back (mean of 4)",
+        Box::new(|| {
+            for _ in 0..BURST {
+                drop_call(&call_secrets, true, &user, &launcher);
+            }
+        }),
+    ));
     if let Some(fast) = &static_launcher {
         cases.push((
             "6s drop_and_run, 3 secrets, static launcher per call",
@@ -271,7 +284,8 @@ fn main() {
             let f = &cases[i].1;
             let t = Instant::now();
             f();
-            samples[i].push(t.elapsed().as_secs_f64() * 1e6);
+            let calls = if i == back_to_back { BURST } else { 1 };
+            samples[i].push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
             // Calls arrive with gaps: what a case leaves running in the
             // background (the launcher pool's refill, the kernel's cgroup
             // teardown) finishes in the gap instead of landing on the next
@@ -304,6 +318,11 @@ fn main() {
         println!("target {what:<44} {ratio:>5.2} (≤ {limit}) {verdict}");
     };
     target("case 6 ÷ case 2 (setpriv)", medians[5] / medians[1], 1.0);
+    target(
+        "case 6n (back-to-back) ÷ case 2",
+        medians[back_to_back] / medians[1],
+        1.0,
+    );
     target("case 6 ÷ case 4 (sudo -u)", medians[5] / medians[3], 0.4);
     target("case 5 ÷ case 1 (bare spawn)", medians[4] / medians[0], 2.5);
     println!(

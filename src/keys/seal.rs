@@ -65,14 +65,16 @@ pub fn unseal(sealed: &[u8], ids: &IdentitySet) -> Result<Plaintext, UnsealError
     unseal_capped(sealed, ids, MAX_SECRET_BYTES)
 }
 
-/// Seals and unseals a value with a throwaway key: run by a launcher that
-/// waits for its plan, so that the first real unseal of a call finds the
-/// cryptography's CPU feature checks done and its code paged in. Holds and
-/// leaves nothing of any user.
+/// Unseals a constant file with a constant, public, throwaway key: run by a
+/// launcher that waits for its plan, so that the first real unseal of a
+/// call finds the cryptography's CPU feature checks done and its code paged
+/// in, for the price of one key agreement. Holds and leaves nothing of any
+/// user.
 pub fn warm_up() {
-    let ids = IdentitySet::generate();
-    if let Ok(sealed) = seal(b"tono-seal warm-up value", &ids.recipient()) {
-        let _ = unseal(&sealed, &ids);
+    const KEY: &[u8] = include_bytes!("warm-up.key");
+    const SEALED: &[u8] = include_bytes!("warm-up.age");
+    if let Ok(ids) = IdentitySet::parse(KEY) {
+        let _ = unseal(SEALED, &ids);
     }
 }
 
@@ -180,6 +182,16 @@ fn header_error(e: age::DecryptError) -> UnsealError {
 mod tests {
     use super::*;
     use secrecy::ExposeSecret;
+
+    #[test]
+    fn the_warm_up_file_opens_with_the_warm_up_key() {
+        let ids = IdentitySet::parse(include_bytes!("warm-up.key")).unwrap();
+        let value = unseal(include_bytes!("warm-up.age"), &ids).unwrap();
+        assert_eq!(
+            secrecy::ExposeSecret::expose_secret(&value).as_slice(),
+            b"tono-seal warm-up value"
+        );
+    }
 
     #[test]
     fn seal_then_unseal() {
