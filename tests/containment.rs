@@ -243,7 +243,8 @@ fn a_memory_hog_is_killed_by_its_own_limit_and_others_finish() {
     );
     assert!(!hogged.stdout.contains("314572800"), "{hogged:?}");
     match limits.memory_max.as_ref().map(|(b, by)| (*b, by.as_str())) {
-        Some((b, "cgroup v1 memory")) => {
+        // A memory cgroup, v1 (a hybrid host) or v2 (systemd's pure v2).
+        Some((b, "cgroup v1 memory" | "cgroup v2 memory")) => {
             assert_eq!(b, limit);
             // perl is SIGKILLed; the shell above it reports 128 + 9.
             assert!(
