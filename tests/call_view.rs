@@ -55,7 +55,7 @@ fn a_tool_sees_no_key_store_and_only_the_secret_its_call_named() {
     let probe = "cat ~/.tono/identity; echo \"identity rc=$?\"; \
                  ls -A ~/.tono | wc -l; \
                  cat ~/.tono/secrets/B.age >/dev/null; echo \"B rc=$?\"; \
-                 echo \"found: $(find / -xdev -name '*.age' 2>/dev/null | wc -l)\"; \
+                 echo \"found: $(find / -xdev -name '*.age' -user \"$(id -u)\" 2>/dev/null | wc -l)\"; \
                  test -n \"$A\" && echo A-set; \
                  age -d -i ~/.tono/identity ~/.tono/secrets/B.age; echo \"age rc=$?\"";
     // Positive control: in the shared view the same probes reach the store.
@@ -64,6 +64,10 @@ fn a_tool_sees_no_key_store_and_only_the_secret_its_call_named() {
     assert!(
         shared.stdout.contains(BRAVO),
         "the control must reach B: {shared:?}"
+    );
+    assert!(
+        shared.stdout.contains("found: 2"),
+        "the control must find A.age and B.age: {shared:?}"
     );
     assert!(shared.masks.is_none(), "{shared:?}");
 

@@ -72,7 +72,7 @@ pub fn unseal(sealed: &[u8], ids: &IdentitySet) -> Result<Plaintext, UnsealError
 /// user.
 pub fn warm_up() {
     const KEY: &[u8] = include_bytes!("warm-up.key");
-    const SEALED: &[u8] = include_bytes!("warm-up.age");
+    const SEALED: &[u8] = include_bytes!("warm-up.sealed");
     if let Ok(ids) = IdentitySet::parse(KEY) {
         let _ = unseal(SEALED, &ids);
     }
@@ -186,7 +186,7 @@ mod tests {
     #[test]
     fn the_warm_up_file_opens_with_the_warm_up_key() {
         let ids = IdentitySet::parse(include_bytes!("warm-up.key")).unwrap();
-        let value = unseal(include_bytes!("warm-up.age"), &ids).unwrap();
+        let value = unseal(include_bytes!("warm-up.sealed"), &ids).unwrap();
         assert_eq!(
             secrecy::ExposeSecret::expose_secret(&value).as_slice(),
             b"tono-seal warm-up value"
