@@ -130,6 +130,21 @@ fn every_tool_runs_as_the_user_through_the_one_path() {
             );
             assert!(t.description.as_deref().is_some_and(|d| d.len() > 10));
         }
+        // The program tools name the granted secrets: an enum of exactly
+        // them, and the variable each becomes.
+        for t in tools
+            .iter()
+            .filter(|t| t.name == "shell" || t.name == "spawn")
+        {
+            let secrets = &t.input_schema["properties"]["secrets"];
+            assert_eq!(secrets["items"]["enum"], json!(["api"]), "{}", t.name);
+            assert!(
+                t.description
+                    .as_deref()
+                    .is_some_and(|d| d.contains("api → $API_KEY")),
+                "{t:?}"
+            );
+        }
 
         // shell: runs as A, unseals only what it names.
         let r = call(

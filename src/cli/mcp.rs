@@ -99,12 +99,35 @@ fn prop(kind: &str, description: &str) -> Value {
     json!({ "type": kind, "description": description })
 }
 
-/// The JSON Schema of a tool kind's arguments and its description.
-fn describe(kind: ToolKind) -> (Value, &'static str) {
-    let secrets = json!({
-        "type": "array", "items": { "type": "string" },
-        "description": "names of the user's sealed secrets to unseal into the environment (each must be granted with --secret)"
-    });
+/// The `secrets` property of a program tool: the granted names as an
+/// `enum` (a name not granted fails the schema before a call is made; no
+/// grant at all allows an empty list only), and which variable each becomes.
+fn secrets_property(grants: &[SecretGrant]) -> Value {
+    let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
+    if names.is_empty() {
+        return json!({
+            "type": "array", "maxItems": 0,
+            "description": "no secret is granted to this server (--secret NAME grants one)"
+        });
+    }
+    let becomes: Vec<String> = grants
+        .iter()
+        .map(|g| format!("{} as ${}", g.name.as_str(), g.env))
+        .collect();
+    json!({
+        "type": "array", "uniqueItems": true,
+        "items": { "type": "string", "enum": names },
+        "description": format!(
+            "sealed secrets to unseal into the environment, only these: {}",
+            becomes.join(", ")
+        )
+    })
+}
+
+/// The JSON Schema of a tool kind's arguments and its description (a
+/// program tool's `secrets` from [`secrets_property`]).
+fn describe(kind: ToolKind, grants: &[SecretGrant]) -> (Value, String) {
+    let secrets = secrets_property(grants);
     let cwd = prop(
         "string",
         "absolute working folder (default: the user's home, or --cwd)",
@@ -155,6 +178,18 @@ fn describe(kind: ToolKind) -> (Value, &'static str) {
     let schema = json!({
         "type": "object", "properties": properties, "required": required, "additionalProperties": false,
     });
+    let mut text = text.to_owned();
+    if matches!(kind, ToolKind::Shell | ToolKind::Spawn) {
+        text.push_str(match grants.is_empty() {
+            true => " No secret is granted.",
+            false => " Secrets it may name, and the variable each becomes: ",
+        });
+        let becomes: Vec<String> = grants
+            .iter()
+            .map(|g| format!("{} → ${}", g.name.as_str(), g.env))
+            .collect();
+        text.push_str(&becomes.join(", "));
+    }
     (schema, text)
 }
 
@@ -246,7 +281,7 @@ impl McpServer {
         self.policy
             .tools()
             .map(|(name, kind)| {
-                let (schema, text) = describe(kind);
+                let (schema, text) = describe(kind, &self.grants);
                 let schema = match schema {
                     Value::Object(map) => map,
                     _ => JsonObject::new(),
@@ -410,4 +445,33 @@ pub async fn serve_mcp(server: McpServer) -> Result<i32, CliError> {
         let _ = tokio::time::timeout(Duration::from_secs(2), waiting).await;
     }
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secrets_property_lists_exactly_the_grants() {
+        let grants = [
+            SecretGrant::parse("api=API_KEY").unwrap(),
+            SecretGrant::parse("db").unwrap(),
+        ];
+        let with = secrets_property(&grants);
+        assert_eq!(with["items"]["enum"], json!(["api", "db"]));
+        assert_eq!(with["uniqueItems"], json!(true));
+        let text = with["description"].as_str().unwrap();
+        assert!(
+            text.contains("api as $API_KEY") && text.contains("db as $db"),
+            "{text}"
+        );
+        // No grant: only the empty list passes (an empty enum is not valid).
+        let none = secrets_property(&[]);
+        assert_eq!(none["maxItems"], json!(0));
+        assert!(none["items"].is_null());
+        let (_, text) = describe(ToolKind::Shell, &grants);
+        assert!(text.ends_with("api → $API_KEY, db → $db"), "{text}");
+        let (_, text) = describe(ToolKind::ReadFile, &grants);
+        assert!(!text.contains("api"), "{text}");
+    }
 }
