@@ -104,15 +104,10 @@ pub fn run(
         .map_err(|e| relay_error("block SIGCHLD", e))?;
     let children = SignalFd::with_flags(&chld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| relay_error("signalfd", e))?;
-    let child =
-        sys::spawn_program(program, argv, envp, out_w.as_fd(), err_w.as_fd()).map_err(|e| {
-            LaunchError::sys(
-                Stage::Exec,
-                "exec_failed",
-                "execve",
-                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-            )
-        })?;
+    let errno = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let child = sys::spawn_program(program, argv, envp, out_w.as_fd(), err_w.as_fd())
+        .map_err(|e| relay_error("start the program", errno(e)))?
+        .map_err(|e| LaunchError::sys(Stage::Exec, "exec_failed", "execve", errno(e)))?;
     let child = Pid::from_raw(child);
     drop((out_w, err_w));
     let _ = status.write_all(&[EXEC_MARK]);

@@ -110,9 +110,10 @@ fn child_steps(plan: &ChildPlan<'_>) -> libc::c_int {
 
 /// Starts `plan` in a child that shares this process's memory until it
 /// execs, in the new namespaces `namespaces` (none, or `CLONE_NEWPID`).
-/// Returns the child's pid (the caller must
-/// reap it), or the errno of the step that failed (the child is reaped).
-fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<libc::pid_t> {
+/// The outer error is the clone's own (no child); the inner one the errno
+/// of the child's step that failed (the child is reaped). `Ok(Ok(pid))`:
+/// the caller must reap `pid`.
+fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<io::Result<libc::pid_t>> {
     let mut stack = vec![0u8; CHILD_STACK_BYTES];
     let failed = AtomicI32::new(0);
     let mut old = SigSet::empty();
@@ -147,13 +148,13 @@ fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<libc::
     };
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     let pid = child?.as_raw();
-    match failed.load(Ordering::SeqCst) {
+    Ok(match failed.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
             let _ = super::process::reap(pid);
             Err(io::Error::from_raw_os_error(errno))
         }
-    }
+    })
 }
 
 /// Starts the launcher at `path`: argv `[path]` (`[path, AHEAD_OF_NEED]`
@@ -199,20 +200,21 @@ pub fn spawn_launcher(
             cwd: Some(c"/"),
         },
         namespaces,
-    )
+    )?
 }
 
 /// Starts the program `path` with `argv` and `envp`, its stdout and stderr
 /// on `stdout` and `stderr` (both above 2), its stdin and working folder
-/// the caller's. Returns the pid (the caller must reap it), or the errno
-/// of a failed `execve`.
+/// the caller's. The outer error says no child could be made (`EAGAIN`
+/// under a process limit); the inner one is the errno of a failed
+/// `execve`. `Ok(Ok(pid))`: the caller must reap `pid`.
 pub fn spawn_program(
     path: &CStr,
     argv: &[&CStr],
     envp: &[&CStr],
     stdout: BorrowedFd<'_>,
     stderr: BorrowedFd<'_>,
-) -> io::Result<libc::pid_t> {
+) -> io::Result<io::Result<libc::pid_t>> {
     let (out, err) = (stdout.as_raw_fd(), stderr.as_raw_fd());
     if out <= 2 || err <= 2 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
