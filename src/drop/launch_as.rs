@@ -62,26 +62,28 @@ pub(crate) async fn launch_as(
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
         ));
     }
-    // No cgroup at all: the user's processes are swept after its last call,
-    // unless the program runs in a PID namespace of its own, whose end
-    // takes everything in it (and a sweep would take the user's others).
-    let namespaced =
-        matches!(action, Action::Exec(_)) && options.view == crate::launch::view::View::Private;
-    let live = if options.cgroup && !namespaced && contain::untracked(contain::mounts()) {
-        Some(contain::sweep::begin(uid).await)
-    } else {
-        None
-    };
-    let view = match action {
-        Action::Exec(_) | Action::File { .. } => options.view,
-        _ => crate::launch::view::View::Shared,
-    };
-    let mut applied = AppliedLimits::default();
     let plan = LaunchPlan {
         limits: options.limits,
         view: options.view,
         ..LaunchPlan::for_user(user, action)
     };
+    // What the launch sees is decided by the plan alone (the worker starts
+    // its launcher by it, and the launcher checks it).
+    let private = plan.in_own_namespaces();
+    // No cgroup at all: the user's processes are swept after its last call,
+    // unless the launch runs in a PID namespace of its own, whose end takes
+    // everything in it (and a sweep would take the user's others).
+    let live = if options.cgroup && !private && contain::untracked(contain::mounts()) {
+        Some(contain::sweep::begin(uid).await)
+    } else {
+        None
+    };
+    let view = if private {
+        crate::launch::view::View::Private
+    } else {
+        crate::launch::view::View::Shared
+    };
+    let mut applied = AppliedLimits::default();
     let applied_out = &mut applied;
     let prepare = move |plan: &mut LaunchPlan, placed: Option<(CallCgroup, AppliedLimits)>| {
         // A pooled launcher already waits in a cgroup of its own.

@@ -49,7 +49,7 @@ use super::mask::{MaskError, Masker};
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
 use super::relay;
 use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
-use super::view::{self, View};
+use super::view;
 use crate::keys::{KeyStore, SecretName};
 use crate::sys;
 use crate::user::{TargetUser, UserSpec};
@@ -245,10 +245,9 @@ enum Finish {
 fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     // Before the plan: a pooled launcher has this done ahead of its call.
     let own_namespaces = view::enter_at_start();
-    let pooled = std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(
-            sys::AHEAD_OF_NEED.to_str().unwrap_or_default(),
-        ));
+    let pooled = std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg.as_encoded_bytes() == sys::AHEAD_OF_NEED.to_bytes());
     if pooled && sys::nothing_to_read(sys::PLAN_FD) {
         // Waiting for a plan anyway: the first unseal and masking of the
         // call should not pay for their set-up. (A launcher started for its
@@ -373,7 +372,8 @@ fn exec_program(
         })?;
         envp.push(Zeroizing::new(entry));
     }
-    let relayed = plan.view == View::Private;
+    // A private call's output goes through the masking relay.
+    let relayed = plan.in_own_namespaces();
     // The values, for the masker (wiped on drop).
     let mut unsealed: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
     if !exec.secrets.is_empty() {

@@ -35,7 +35,6 @@
 //!   the errno (`view_refused`); the worker never falls back by itself.
 #![forbid(unsafe_code)]
 
-use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -92,10 +91,9 @@ pub fn open_store(home: &Path, uid: u32) -> Result<Option<OwnedFd>, LaunchError>
             errno: e.raw_os_error(),
         })?
         .into();
-    let name = CString::new(".tono").unwrap_or_default();
     let store = match sys::open_beneath(
         home_fd.as_fd(),
-        &name,
+        c".tono",
         OFlag::O_PATH | OFlag::O_DIRECTORY,
         Mode::empty(),
     ) {
