@@ -44,11 +44,13 @@ async fn shell(
     .await
 }
 
+/// A probe's verdict: a pass counts only beside its positive control; with
+/// no control, whatever was seen proves nothing.
 fn probe(user: &TargetUser, tried: &str, got: String, pass: bool, control: bool) -> Probe {
-    let verdict = match (pass, control) {
-        (true, _) => Verdict::Pass,
-        (false, true) => Verdict::Fail,
-        (false, false) => Verdict::Inconclusive,
+    let verdict = match (control, pass) {
+        (false, _) => Verdict::Inconclusive,
+        (true, true) => Verdict::Pass,
+        (true, false) => Verdict::Fail,
     };
     Probe::of(user, tried, Expect::Holds, got, verdict)
 }
