@@ -220,32 +220,24 @@ fn main() {
             }),
         ),
     ];
-    cases.push((
-        "6a drop_and_run, 3 secrets, receipt in the audit log",
-        Box::new(|| {
-            drop_call_audited(
-                &call_secrets,
-                true,
-                &user,
-                &launcher,
-                Some(&audit),
-                View::Private,
-            )
-        }),
-    ));
-    cases.push((
-        "6c drop_and_run, 3 secrets, receipt, fsync every 64",
-        Box::new(|| {
-            drop_call_audited(
-                &call_secrets,
-                true,
-                &user,
-                &launcher,
-                Some(&batched),
-                View::Private,
-            )
-        }),
-    ));
+    // Case 6 with a receipt, fsynced each record (6a) or every 64 (6c).
+    let (secrets, bench_user, pooled, audited) =
+        (&call_secrets, &user, &launcher, &drop_call_audited);
+    for (label, log) in [
+        (
+            "6a drop_and_run, 3 secrets, receipt in the audit log",
+            &audit,
+        ),
+        (
+            "6c drop_and_run, 3 secrets, receipt, fsync every 64",
+            &batched,
+        ),
+    ] {
+        cases.push((
+            label,
+            Box::new(move || audited(secrets, true, bench_user, pooled, Some(log), View::Private)),
+        ));
+    }
     cases.push((
         "6v drop_and_run, 3 secrets, shared view (no namespaces, no mask)",
         Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, None, View::Shared)),
