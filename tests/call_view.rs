@@ -328,7 +328,10 @@ fn launch_by_hand(
         &common::launch_bin(),
         Some(&null),
         true,
-        own_namespaces,
+        tono_seal::sys::NewNamespaces {
+            pid: own_namespaces,
+            net: false,
+        },
         false,
     )
     .unwrap();

@@ -53,6 +53,13 @@ pub struct ScopeArgs {
     /// host's, as in a login of the user).
     #[arg(long, value_enum, default_value_t = ViewArg::Private)]
     pub view: ViewArg,
+    /// A program's network: `none` (only its own loopback), `proxy` (the
+    /// configured proxy at 127.0.0.1:3128 inside its own namespace, the
+    /// proxy's password added by the worker) or `host`. Default: the env
+    /// config's `network`, else `proxy` if a proxy is configured, else
+    /// `host`.
+    #[arg(long, value_enum)]
+    pub network: Option<NetworkArg>,
     /// The uids and gids calls may run as, FIRST-LAST (default 1000 up to
     /// 2147483647; system accounts, nobody and users with a shared primary
     /// group are refused whatever the range).
@@ -78,10 +85,36 @@ impl From<ViewArg> for crate::launch::view::View {
     }
 }
 
+/// `--network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkArg {
+    /// Only the call's own loopback.
+    None,
+    /// The configured proxy, through the worker.
+    Proxy,
+    /// The host's network.
+    Host,
+}
+
+impl From<NetworkArg> for crate::env::Network {
+    fn from(network: NetworkArg) -> Self {
+        match network {
+            NetworkArg::None => Self::None,
+            NetworkArg::Proxy => Self::Proxy,
+            NetworkArg::Host => Self::Host,
+        }
+    }
+}
+
 impl ScopeArgs {
     /// The range given, or the default.
     pub fn range(&self) -> crate::user::AllottedRange {
         self.allotted_uids.unwrap_or_default()
+    }
+
+    /// The network chosen, if any.
+    pub fn network(&self) -> Option<crate::env::Network> {
+        self.network.map(Into::into)
     }
 }
 
@@ -133,8 +166,8 @@ pub struct EnvArgs {
     /// location in the home, and for bedrock only the AWS settings.
     #[arg(long)]
     pub provider: Option<String>,
-    /// The operator's environment settings (JSON: proxy, no_proxy, bedrock,
-    /// providers).
+    /// The operator's environment settings (JSON: proxy, no_proxy,
+    /// network, bedrock, providers).
     #[arg(long)]
     pub env_config: Option<PathBuf>,
 }
@@ -152,10 +185,32 @@ impl EnvArgs {
         };
         let config = match &self.env_config {
             Some(path) => {
-                let bytes = std::fs::read(path)
-                    .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
-                EnvConfig::from_json(&bytes)
-                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?
+                use std::io::Read;
+                use std::os::unix::fs::MetadataExt;
+                let unreadable =
+                    |e: std::io::Error| CliError::usage(format!("cannot read {}: {e}", path.display()));
+                let mut file = std::fs::File::open(path).map_err(unreadable)?;
+                let meta = file.metadata().map_err(unreadable)?;
+                let mut bytes = zeroize::Zeroizing::new(Vec::new());
+                file.read_to_end(&mut bytes).map_err(unreadable)?;
+                let config = EnvConfig::from_json(&bytes)
+                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+                // A proxy's password is kept from every call; a file that
+                // any user can read would hand it over anyway.
+                let has_password = config
+                    .proxy
+                    .as_deref()
+                    .and_then(|p| url::Url::parse(p).ok())
+                    .is_some_and(|u| !u.username().is_empty() || u.password().is_some());
+                if has_password && (meta.uid() != 0 || meta.mode() & 0o077 != 0) {
+                    return Err(CliError::usage(format!(
+                        "{} holds the proxy's credentials, so it must be root's and closed to others (mode 0600), not uid {} mode {:o}",
+                        path.display(),
+                        meta.uid(),
+                        meta.mode() & 0o7777
+                    )));
+                }
+                config
             }
             None => EnvConfig::default(),
         };
@@ -302,6 +357,8 @@ pub enum Command {
         /// Most calls running at once.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        #[command(flatten)]
+        env: EnvArgs,
         #[command(flatten)]
         audit: WorkerAuditArgs,
         #[command(flatten)]

@@ -47,6 +47,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 audit: audit.open()?,
                 allotted: scope.range(),
                 view: scope.view.into(),
+                network: scope.network(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -79,6 +80,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 audit: audit.open()?,
                 allotted: scope.range(),
                 view: scope.view.into(),
+                network: scope.network(),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

@@ -128,13 +128,16 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         Command::Serve {
             stdio: _,
             concurrency,
+            env,
             audit,
             scope,
         } => {
             let options = RunOptions {
+                env: env.load()?,
                 audit: audit.open()?,
                 allotted: scope.range(),
                 view: scope.view.into(),
+                network: scope.network(),
                 ..RunOptions::default()
             };
             serve::serve_stdio(launcher, concurrency.max(1), options).await
@@ -164,6 +167,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     audit: audit.open()?,
                     allotted: scope.range(),
                     view: scope.view.into(),
+                    network: scope.network(),
                     ..RunOptions::default()
                 },
             );

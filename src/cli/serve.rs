@@ -1,7 +1,8 @@
 //! `tono-seal serve --stdio`: a long-running worker speaking JSON lines.
 //!
 //! Each request line is `{"id": …, "user": …, "secrets": [NAME or
-//! NAME=ENV, …], "call": {…}}`; each answer line is `{"id": …, "outcome":
+//! NAME=ENV, …], "call": {…}, "network": "none" | "proxy" | "host"}`
+//! (`network` optional: the worker's default otherwise); each answer line is `{"id": …, "outcome":
 //! {…}}` or `{"id": … | null, "error": {"code": …, "message": …}}`.
 //! Requests run concurrently and are answered in order of completion. A
 //! malformed or oversize line gets its own error line and the worker goes
@@ -34,6 +35,9 @@ struct Request<'a> {
     secrets: Vec<String>,
     #[serde(borrow)]
     call: &'a RawValue,
+    /// This call's network, instead of the worker's default.
+    #[serde(default)]
+    network: Option<crate::env::Network>,
 }
 
 fn error_line(id: Value, code: &str, message: impl Into<String>) -> Value {
@@ -82,7 +86,10 @@ pub async fn handle_line(
         user: &user,
         grants: &grants,
         call: request.call.get().as_bytes(),
-        options: options.clone(),
+        options: RunOptions {
+            network: request.network.or(options.network),
+            ..options.clone()
+        },
     };
     let outcome = drop_and_run(&req).await;
     json!({ "id": request.id, "outcome": outcome })

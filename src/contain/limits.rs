@@ -54,6 +54,10 @@ pub struct AppliedLimits {
     /// its output masked) or `shared` (the host's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub view: Option<String>,
+    /// The call's network: `none`, `proxy` (both in a network namespace of
+    /// its own) or `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 /// What a call's cgroups counted.

@@ -12,6 +12,7 @@
 //! force.
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::outcome::Outcome;
@@ -20,6 +21,7 @@ use super::spawn::{launch_tapped, Finished, Input, Output, Setup, Tap};
 use super::start::Launcher;
 use crate::classify::Verdict;
 use crate::contain::{self, AppliedLimits, CallCgroup};
+use crate::env::{Network, ProxyUpstream};
 use crate::launch::plan::{Action, LaunchPlan};
 use crate::launch::report::{LaunchError, Stage, StatusReport};
 use crate::user::{check_worker_target, TargetUser};
@@ -62,10 +64,25 @@ pub(crate) async fn launch_as(
             "an earlier call of this user left processes that could not be killed; no new call starts until they are gone",
         ));
     }
+    let network = options.network_mode()?;
     let plan = LaunchPlan {
         limits: options.limits,
         view: options.view,
+        network,
         ..LaunchPlan::for_user(user, action)
+    };
+    // What the launch really gets: provisioning and the sweep always run
+    // on the host's network (they run no program of the user's choosing).
+    let network = if plan.in_own_network() {
+        network
+    } else {
+        Network::Host
+    };
+    let proxy = match (&options.env.config.proxy, network == Network::Proxy) {
+        (Some(url), true) => Some(Arc::new(ProxyUpstream::parse(url).map_err(|e| {
+            LaunchError::new(Stage::Plan, "network_invalid", e.to_string())
+        })?)),
+        _ => None,
     };
     // What the launch sees is decided by the plan alone (the worker starts
     // its launcher by it, and the launcher checks it).
@@ -130,6 +147,7 @@ pub(crate) async fn launch_as(
                 .cgroup
                 .then_some((options.pids_max, options.memory_max)),
             prepare: Box::new(prepare),
+            proxy,
         }),
         tap,
     )
@@ -147,6 +165,7 @@ pub(crate) async fn launch_as(
     }
     let done = done?;
     applied.view = Some(view.to_string());
+    applied.network = Some(network.to_string());
     applied.pids_max_hits = done.counters.pids_max_hits;
     applied.oom_kills = done.counters.oom_kills;
     applied.memory_peak = done.counters.memory_peak;

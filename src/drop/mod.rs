@@ -14,6 +14,8 @@ pub mod action;
 pub mod launch_as;
 pub mod outcome;
 pub mod pool;
+pub mod proxy;
+pub mod proxy_head;
 pub mod receipt;
 pub mod request;
 pub mod run;

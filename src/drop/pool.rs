@@ -17,8 +17,9 @@
 //! default cgroup limits take a pooled launcher (the shape it was started
 //! with); a pooled launcher that died while waiting is reaped and never
 //! handed out, and its cgroup is removed; the pool keeps
-//! [`POOL_SIZE`] launchers per launcher path and kind (in namespaces of
-//! its own for the private view, or in the host's), refilled when a call ends
+//! [`POOL_SIZE`] launchers per launcher path and kind (the namespaces of
+//! its own it waits in: PID for the private view, network for a network
+//! not the host's, or none), refilled when a call ends
 //! (not when it takes one, so the refill does not take a core from it) by
 //! one long-lived thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
 //! started a process, stays armed for the worker's life). When the worker
@@ -50,11 +51,11 @@ pub struct Ready {
 }
 
 impl Ready {
-    /// Starts a launcher at `path` (in namespaces of its own for
-    /// `own_namespaces`) and moves it into a fresh call cgroup.
-    fn start(path: &Path, own_namespaces: bool) -> io::Result<Self> {
+    /// Starts a launcher at `path` in `namespaces` and moves it into a
+    /// fresh call cgroup.
+    fn start(path: &Path, namespaces: sys::NewNamespaces) -> io::Result<Self> {
         let null = open_null()?;
-        let started = start(path, Some(&null), true, own_namespaces, true)?;
+        let started = start(path, Some(&null), true, namespaces, true)?;
         let made = CallCgroup::create(
             contain::mounts(),
             UNASSIGNED,
@@ -82,9 +83,10 @@ impl Ready {
     }
 }
 
-/// A kind of pooled launcher: its path, and whether it waits in
-/// namespaces of its own (for the private view).
-type Kind = (PathBuf, bool);
+/// A kind of pooled launcher: its path, and the namespaces of its own it
+/// waits in (PID for the private view, network for a network not the
+/// host's).
+type Kind = (PathBuf, sys::NewNamespaces);
 
 #[derive(Default)]
 struct Waiting {
@@ -115,10 +117,9 @@ fn pool() -> &'static Pool {
 }
 
 /// A waiting launcher for `path` (stdin `/dev/null`, output captured,
-/// in namespaces of its own if `own_namespaces`) in a cgroup with `limits`
-/// (`pids.max`, memory), if one is alive and the limits are the defaults
-/// it was made with.
-pub fn take(path: &Path, own_namespaces: bool, limits: (u64, u64)) -> Option<Ready> {
+/// in `namespaces`) in a cgroup with `limits` (`pids.max`, memory), if one
+/// is alive and the limits are the defaults it was made with.
+pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> Option<Ready> {
     if limits != (contain::DEFAULT_PIDS_MAX, contain::DEFAULT_MEMORY_MAX) {
         return None;
     }
@@ -126,7 +127,7 @@ pub fn take(path: &Path, own_namespaces: bool, limits: (u64, u64)) -> Option<Rea
     let mut waiting = pool.waiting.lock().ok()?;
     let list = waiting
         .ready
-        .entry((path.to_path_buf(), own_namespaces))
+        .entry((path.to_path_buf(), namespaces))
         .or_default();
     let mut found = None;
     while let Some(ready) = list.pop() {

@@ -9,9 +9,10 @@ use super::spawn::{Input, Output};
 use super::start::Launcher;
 use crate::audit::AuditLog;
 use crate::classify::Policy;
-use crate::env::RunEnv;
+use crate::env::{Network, RunEnv};
 use crate::keys::SecretName;
 use crate::launch::plan::Limits;
+use crate::launch::report::{LaunchError, Stage};
 use crate::user::{AllottedRange, TargetUser};
 
 /// Default per-call timeout.
@@ -72,6 +73,28 @@ pub struct RunOptions {
     /// store hidden, only its own processes, and its output masked
     /// (`Private`, the default), or the host's (`Shared`).
     pub view: crate::launch::view::View,
+    /// The call's network (`none`, `proxy`, `host`); `None` leaves it to
+    /// the config, else `proxy` if a proxy is configured and `host` if not
+    /// ([`Network::resolve`]). A call of the shared view has the host's.
+    pub network: Option<Network>,
+}
+
+impl RunOptions {
+    /// The network the call gets (see [`RunOptions::network`]): a mode
+    /// other than `host` for a call of the shared view is refused, as is
+    /// `proxy` with no proxy configured.
+    pub fn network_mode(&self) -> Result<Network, LaunchError> {
+        let invalid = |why: String| LaunchError::new(Stage::Plan, "network_invalid", why);
+        if self.view == crate::launch::view::View::Shared {
+            return match self.network {
+                None | Some(Network::Host) => Ok(Network::Host),
+                Some(other) => Err(invalid(format!(
+                    "network {other} needs the private view; the shared view has the host's network"
+                ))),
+            };
+        }
+        Network::resolve(self.network, &self.env.config).map_err(|e| invalid(e.to_string()))
+    }
 }
 
 impl Default for RunOptions {
@@ -88,6 +111,7 @@ impl Default for RunOptions {
             audit: None,
             allotted: AllottedRange::default(),
             view: crate::launch::view::View::default(),
+            network: None,
         }
     }
 }

@@ -69,7 +69,11 @@ async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome
         );
         return Outcome::not_run(&verdict, tool, Some(error));
     };
-    let env = match EnvBuilder::for_run(req.user, &req.options.env) {
+    let network = match req.options.network_mode() {
+        Ok(network) => network,
+        Err(error) => return Outcome::not_run(&verdict, tool, Some(error)),
+    };
+    let env = match EnvBuilder::for_run(req.user, &req.options.env, network) {
         Ok(env) => env.build().into(),
         Err(e) => {
             let error = LaunchError::new(Stage::Plan, "env_invalid", e.to_string());

@@ -22,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::pool;
+use super::proxy;
+use crate::env::{Network, ProxyUpstream};
 use super::start::{open_null, start, Launcher, Started};
 use crate::contain::{AppliedLimits, CallCgroup, Counters};
 use crate::launch::plan::LaunchPlan;
@@ -205,6 +207,8 @@ pub struct Setup<'a> {
     pub cgroup_limits: Option<(u64, u64)>,
     /// Makes or takes the cgroup and completes the plan.
     pub prepare: Prepare<'a>,
+    /// The proxy the worker's end carries a call of network `proxy` to.
+    pub proxy: Option<std::sync::Arc<ProxyUpstream>>,
 }
 
 fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
@@ -229,10 +233,10 @@ pub async fn launch_tapped(
     let path = launcher.check_installed()?;
     let capture = matches!(output, Output::Capture(_));
     let limits = setup.as_ref().and_then(|s| s.cgroup_limits);
-    let own_namespaces = plan.in_own_namespaces();
+    let namespaces = plan.namespaces();
     let pooled = match limits {
         Some(limits) if launcher.pooled && input == Input::Null && capture => {
-            pool::take(&path, own_namespaces, limits)
+            pool::take(&path, namespaces, limits)
         }
         _ => None,
     };
@@ -244,7 +248,7 @@ pub async fn launch_tapped(
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = start(&path, null.as_ref(), capture, own_namespaces, false)
+            let started = start(&path, null.as_ref(), capture, namespaces, false)
                 .map_err(|e| spawn_error(&format!("start {}", path.display()), e))?;
             (started, None)
         }
@@ -263,9 +267,27 @@ pub async fn launch_tapped(
     // While a fresh launcher loads, the cgroup is made; a launcher waits
     // for its plan before it does anything, so it cannot start outside it.
     // A pooled launcher is taken only for a call with a setup (its limits).
+    // The launcher checks its network namespace against the worker's.
+    plan.worker_netns = sys::current_netns().ok();
+    let mut proxy_upstream = None;
     if let Some(setup) = setup {
         guard.cgroup = (setup.prepare)(&mut plan, placed)?;
+        proxy_upstream = setup.proxy;
     }
+    // The proxy's end is in the call's namespace before the plan is sent,
+    // so it is there before the tool; it closes when this launch ends.
+    let _call_proxy = if plan.in_own_network() && plan.network == Network::Proxy {
+        let upstream = proxy_upstream.ok_or_else(|| {
+            LaunchError::new(
+                Stage::Spawn,
+                "network_invalid",
+                "network proxy without a configured proxy",
+            )
+        })?;
+        Some(proxy::open(pid, upstream).await?)
+    } else {
+        None
+    };
     // The plan's environment can hold a turn's credential: its bytes are
     // wiped once written (or when the launch is abandoned).
     let plan_bytes = zeroize::Zeroizing::new(

@@ -110,14 +110,15 @@ impl Started {
 
 /// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
 /// and stdout/stderr into fresh pipes when `capture`, else the worker's;
-/// with `own_namespaces` as the init of a PID namespace of its own (for a
-/// call of the private view, see [`crate::launch::view`]); with
+/// in `namespaces` (a PID namespace of its own, whose init it is, for a
+/// call of the private view, see [`crate::launch::view`]; a network
+/// namespace of its own, see [`crate::launch::network`]); with
 /// `ahead_of_need` told that it may prepare while it waits (the pool).
 pub fn start(
     path: &Path,
     stdin: Option<&OwnedFd>,
     capture: bool,
-    own_namespaces: bool,
+    namespaces: sys::NewNamespaces,
     ahead_of_need: bool,
 ) -> io::Result<Started> {
     let c_path = CString::new(path.as_os_str().as_bytes())?;
@@ -144,7 +145,7 @@ pub fn start(
         stdio,
         plan_r.as_fd(),
         status_w.as_fd(),
-        own_namespaces,
+        namespaces,
         ahead_of_need,
     )?;
     // The child has its copies; the worker keeps only its own ends.

@@ -13,9 +13,12 @@
 //!   the worker's configured inference-only credentials; for any other
 //!   provider, or none, no `AWS_*` variable at all;
 //! - a proxy, as `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` and their lowercase
-//!   forms (curl reads only `http_proxy` in lowercase), with the whole
-//!   userinfo removed: `http://u:p@proxy:3128` becomes `http://proxy:3128`
-//!   (a user name alone can be a token, so it goes too).
+//!   forms (curl reads only `http_proxy` in lowercase): on the host's
+//!   network the configured one with the whole userinfo removed
+//!   (`http://u:p@proxy:3128` becomes `http://proxy:3128`; a user name
+//!   alone can be a token, so it goes too); in network mode `proxy` the
+//!   worker's end inside the call's namespace, `http://127.0.0.1:3128`
+//!   (also as `ALL_PROXY`); in mode `none`, no proxy at all.
 //!
 //! Names are validated (non-empty, no `=`, no NUL) and values hold no NUL;
 //! anything else is an [`EnvError`].
@@ -29,6 +32,7 @@ use serde::Deserialize;
 use zeroize::Zeroizing;
 
 use super::name::valid_env_name;
+use super::network::Network;
 use super::provider::{Provider, ProviderSpec};
 use crate::user::TargetUser;
 
@@ -104,6 +108,10 @@ pub struct EnvConfig {
     /// `NO_PROXY`.
     #[serde(default)]
     pub no_proxy: Option<String>,
+    /// The network of a call that chooses none (see
+    /// [`super::network::Network::resolve`]).
+    #[serde(default)]
+    pub network: Option<super::network::Network>,
     /// Settings for Bedrock agents.
     #[serde(default)]
     pub bedrock: Option<BedrockSettings>,
@@ -122,6 +130,12 @@ impl EnvConfig {
         }
         if let Some(proxy) = &config.proxy {
             sanitize_proxy(proxy).map_err(|e| e.to_string())?;
+        }
+        // The default mode must work: `proxy` needs a proxy the worker can
+        // speak to.
+        let default = Network::resolve(None, &config).map_err(|e| e.to_string())?;
+        if let (Network::Proxy, Some(proxy)) = (default, &config.proxy) {
+            super::network::ProxyUpstream::parse(proxy).map_err(|e| e.to_string())?;
         }
         Ok(config)
     }
@@ -257,10 +271,11 @@ impl EnvBuilder {
         env
     }
 
-    /// The whole environment of one run of `user`: the base, then the
-    /// provider's login location and fixed variables, the Bedrock settings
-    /// (Bedrock only), the proxy, and the turn's credential.
-    pub fn for_run(user: &TargetUser, run: &RunEnv) -> Result<Self, EnvError> {
+    /// The whole environment of one run of `user` on `network`: the base,
+    /// then the provider's login location and fixed variables, the Bedrock
+    /// settings (Bedrock only), the proxy as the network reaches it, and
+    /// the turn's credential.
+    pub fn for_run(user: &TargetUser, run: &RunEnv, network: Network) -> Result<Self, EnvError> {
         let mut env = Self::for_user(user);
         if let Some(provider) = run.provider {
             let spec = run.config.provider(provider);
@@ -274,8 +289,14 @@ impl EnvBuilder {
                 env.bedrock(aws)?;
             }
         }
-        if let Some(proxy) = &run.config.proxy {
-            env.proxy(proxy, run.config.no_proxy.as_deref())?;
+        match (network, &run.config.proxy) {
+            (Network::Host, Some(proxy)) => {
+                env.proxy(proxy, run.config.no_proxy.as_deref())?;
+            }
+            (Network::Proxy, _) => {
+                env.call_proxy()?;
+            }
+            _ => {}
         }
         if let Some(credential) = &run.credential {
             env.set(&credential.name, &credential.value)?;
@@ -347,6 +368,28 @@ impl EnvBuilder {
         if let Some(no_proxy) = no_proxy {
             self.set("NO_PROXY", no_proxy)?;
             self.set("no_proxy", no_proxy)?;
+        }
+        Ok(self)
+    }
+
+    /// The worker's end of the proxy inside the call's own network
+    /// namespace (`http://127.0.0.1:3128`, no userinfo: the worker adds
+    /// the proxy's credentials), in upper and lower case and as
+    /// `ALL_PROXY`; loopback itself goes direct (`NO_PROXY`).
+    pub fn call_proxy(&mut self) -> Result<&mut Self, EnvError> {
+        let local = format!("http://{}", super::network::CALL_PROXY_ADDR);
+        for name in [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            self.set(name, &local)?;
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            self.set(name, "localhost,127.0.0.1,::1")?;
         }
         Ok(self)
     }
@@ -454,7 +497,7 @@ mod tests {
                 provider,
                 credential: None,
             };
-            let env = EnvBuilder::for_run(&user(), &run).unwrap();
+            let env = EnvBuilder::for_run(&user(), &run, Network::Host).unwrap();
             assert!(
                 names(env).iter().all(|n| !n.starts_with("AWS_")),
                 "{provider:?}"
@@ -465,7 +508,7 @@ mod tests {
             provider: Some(Provider::Bedrock),
             credential: None,
         };
-        let env = EnvBuilder::for_run(&user(), &run).unwrap().build();
+        let env = EnvBuilder::for_run(&user(), &run, Network::Host).unwrap().build();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
         assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("configured"));
@@ -476,7 +519,7 @@ mod tests {
             ..RunEnv::default()
         };
         assert_eq!(
-            EnvBuilder::for_run(&user(), &unconfigured).unwrap_err(),
+            EnvBuilder::for_run(&user(), &unconfigured, Network::Host).unwrap_err(),
             EnvError::BedrockUnconfigured
         );
     }
@@ -493,5 +536,41 @@ mod tests {
             EnvConfig::from_json(br#"{"proxy": "http://u:p@proxy:3128", "no_proxy": "localhost"}"#)
                 .unwrap();
         assert_eq!(ok.proxy.as_deref(), Some("http://u:p@proxy:3128"));
+    }
+
+    #[test]
+    fn the_proxy_a_program_sees_follows_its_network_and_never_carries_the_password() {
+        let config = EnvConfig::from_json(
+            br#"{"proxy": "http://agent:hunter2@proxy:3128", "no_proxy": "corp"}"#,
+        )
+        .unwrap();
+        let run = RunEnv {
+            config: Arc::new(config),
+            ..RunEnv::default()
+        };
+        let env_of = |network| EnvBuilder::for_run(&user(), &run, network).unwrap().build();
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        };
+        let host = env_of(Network::Host);
+        assert_eq!(get(&host, "https_proxy").as_deref(), Some("http://proxy:3128"));
+        assert_eq!(get(&host, "NO_PROXY").as_deref(), Some("corp"));
+        let proxy = env_of(Network::Proxy);
+        for name in ["HTTPS_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            assert_eq!(get(&proxy, name).as_deref(), Some("http://127.0.0.1:3128"), "{name}");
+        }
+        assert_eq!(get(&proxy, "no_proxy").as_deref(), Some("localhost,127.0.0.1,::1"));
+        let none = env_of(Network::None);
+        assert!(
+            none.iter().all(|(n, _)| !n.to_lowercase().contains("proxy")),
+            "{none:?}"
+        );
+        for env in [host, proxy] {
+            assert!(env.iter().all(|(_, v)| !v.contains("hunter2") && !v.contains("agent")));
+        }
+        // A default of `proxy` needs a proxy, and one the worker speaks to.
+        assert!(EnvConfig::from_json(br#"{"network": "proxy"}"#).is_err());
+        assert!(EnvConfig::from_json(br#"{"proxy": "https://proxy:3128"}"#).is_err());
+        assert!(EnvConfig::from_json(br#"{"proxy": "https://proxy:3128", "network": "host"}"#).is_ok());
     }
 }

@@ -11,10 +11,12 @@
 
 pub mod builder;
 pub mod name;
+pub mod network;
 pub mod provider;
 
 pub use builder::{
     sanitize_proxy, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv, TurnCredential,
 };
 pub use name::valid_env_name;
+pub use network::{Network, ProxyUpstream, CALL_PROXY_ADDR};
 pub use provider::{Provider, ProviderSpec};

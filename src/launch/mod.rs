@@ -17,6 +17,7 @@ pub mod access;
 pub mod builtin;
 pub mod drop_held;
 pub mod mask;
+pub mod network;
 pub mod plan;
 pub mod relay;
 pub mod report;

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::env::Network;
+
 /// Default `RLIMIT_NOFILE` (soft and hard) of a launched program.
 pub const DEFAULT_NOFILE: u64 = 1024;
 /// Default `RLIMIT_NPROC` of a launched program: processes of its uid.
@@ -36,6 +38,14 @@ pub struct LaunchPlan {
     /// the sweep always see the store: they run no program of the user's).
     #[serde(default)]
     pub view: super::view::View,
+    /// The call's network: `none` and `proxy` run a program, file tool or
+    /// probe in a network namespace of its own (see [`Self::in_own_network`]).
+    #[serde(default = "host_network")]
+    pub network: Network,
+    /// The worker's own network namespace, which the launcher's must be
+    /// (`host`) or must not be (`none`, `proxy`).
+    #[serde(default)]
+    pub worker_netns: Option<crate::sys::NetnsId>,
     /// What to do once dropped.
     pub action: Action,
 }
@@ -49,6 +59,23 @@ impl LaunchPlan {
             && matches!(self.action, Action::Exec(_) | Action::File { .. })
     }
 
+    /// Whether the launch runs in a network namespace of its own: a
+    /// network other than the host's, for a launch of the private view
+    /// (see [`Self::in_own_namespaces`]) or for probes (`verify` tries
+    /// each network mode this way).
+    pub fn in_own_network(&self) -> bool {
+        self.network.own_namespace()
+            && (self.in_own_namespaces() || matches!(self.action, Action::Probe { .. }))
+    }
+
+    /// The namespaces the worker starts this plan's launcher in.
+    pub fn namespaces(&self) -> crate::sys::NewNamespaces {
+        crate::sys::NewNamespaces {
+            pid: self.in_own_namespaces(),
+            net: self.in_own_network(),
+        }
+    }
+
     /// A plan to do `action` as `user`, with the default limits and no
     /// cgroup (the caller adds those it has).
     pub fn for_user(user: &crate::user::TargetUser, action: Action) -> Self {
@@ -60,9 +87,15 @@ impl LaunchPlan {
             limits: Limits::default(),
             cgroups: Vec::new(),
             view: super::view::View::default(),
+            network: Network::Host,
+            worker_netns: None,
             action,
         }
     }
+}
+
+fn host_network() -> Network {
+    Network::Host
 }
 
 /// Resource limits set while still root, before the drop.

@@ -277,6 +277,7 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
             },
         ));
     }
+    super::network::enter(&plan)?;
     let store = if own_namespaces {
         view::cover_store(&plan.home, plan.uid)?
     } else {

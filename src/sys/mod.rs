@@ -12,18 +12,20 @@
 //!
 //! One file per kind of resource: [`spawn`] (starting the launcher or a tool),
 //! [`process`] (reaping, pidfds, signal dispositions), [`fd`] (inherited
-//! fds and no-follow opens).
+//! fds and no-follow opens), [`net`] (network namespaces).
 
 pub mod fd;
+pub mod net;
 pub mod process;
 pub mod spawn;
 
 pub use fd::{close_fds_from, nothing_to_read, open_beneath, reader_gone, take_inherited_fd};
+pub use net::{current_netns, listen_in_netns_of, loopback_up, NetnsId};
 pub use process::{
     default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,
     try_reap, watch_pidfd,
 };
 pub use spawn::{
-    dup_above, pipe_above_status, spawn_launcher, spawn_program, StdioFrom, AHEAD_OF_NEED, PLAN_FD,
-    STATUS_FD,
+    dup_above, pipe_above_status, spawn_launcher, spawn_program, NewNamespaces, StdioFrom,
+    AHEAD_OF_NEED, PLAN_FD, STATUS_FD,
 };

@@ -36,6 +36,30 @@ pub const STATUS_FD: RawFd = 4;
 /// it may then prepare while it waits for its plan.
 pub const AHEAD_OF_NEED: &CStr = c"ahead-of-need";
 
+/// The namespaces a launcher starts in, beside the worker's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NewNamespaces {
+    /// A PID namespace of its own, whose init the launcher is (it makes
+    /// its mount namespace itself): the private view.
+    pub pid: bool,
+    /// A network namespace of its own, with only `lo` (down until the
+    /// launcher brings it up): a call's network other than the host's.
+    pub net: bool,
+}
+
+impl NewNamespaces {
+    fn clone_flags(self) -> CloneFlags {
+        let mut flags = CloneFlags::empty();
+        if self.pid {
+            flags |= CloneFlags::CLONE_NEWPID;
+        }
+        if self.net {
+            flags |= CloneFlags::CLONE_NEWNET;
+        }
+        flags
+    }
+}
+
 /// The child's stack until `execve`: it runs a few syscalls in one frame.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
 
@@ -109,7 +133,8 @@ fn child_steps(plan: &ChildPlan<'_>) -> libc::c_int {
 }
 
 /// Starts `plan` in a child that shares this process's memory until it
-/// execs, in the new namespaces `namespaces` (none, or `CLONE_NEWPID`).
+/// execs, in the new namespaces `namespaces` (none, or `CLONE_NEWPID`
+/// and/or `CLONE_NEWNET`).
 /// The outer error is the clone's own (no child); the inner one the errno
 /// of the child's step that failed (the child is reaped). `Ok(Ok(pid))`:
 /// the caller must reap `pid`.
@@ -160,8 +185,8 @@ fn clone_exec(plan: &ChildPlan<'_>, namespaces: CloneFlags) -> io::Result<io::Re
 /// Starts the launcher at `path`: argv `[path]` (`[path, AHEAD_OF_NEED]`
 /// with `ahead_of_need`), an empty environment, cwd `/`, `stdio` on fds
 /// 0–2, `plan` at [`PLAN_FD`] and `status` at [`STATUS_FD`], nothing else.
-/// With `own_namespaces` it starts as the init of a new PID namespace (the
-/// private view, see `launch::view`). Every source fd must be above
+/// In `namespaces`: as the init of a new PID namespace (the private view,
+/// see `launch::view`), in a new network namespace, or both. Every source fd must be above
 /// [`STATUS_FD`], so that no dup2 clobbers a later source. Returns the pid;
 /// the caller must reap it.
 pub fn spawn_launcher(
@@ -169,7 +194,7 @@ pub fn spawn_launcher(
     stdio: [StdioFrom<'_>; 3],
     plan: BorrowedFd<'_>,
     status: BorrowedFd<'_>,
-    own_namespaces: bool,
+    namespaces: NewNamespaces,
     ahead_of_need: bool,
 ) -> io::Result<libc::pid_t> {
     let mut dups = Vec::with_capacity(5);
@@ -186,11 +211,6 @@ pub fn spawn_launcher(
         pointers(&[path])
     };
     let envp = pointers(&[]);
-    let namespaces = if own_namespaces {
-        CloneFlags::CLONE_NEWPID
-    } else {
-        CloneFlags::empty()
-    };
     clone_exec(
         &ChildPlan {
             path,
@@ -199,7 +219,7 @@ pub fn spawn_launcher(
             dups: &dups,
             cwd: Some(c"/"),
         },
-        namespaces,
+        namespaces.clone_flags(),
     )?
 }
 

@@ -102,6 +102,8 @@ pub struct ProviderRun {
     spec: ProviderSpec,
     action: ProviderAction,
     exec: ExecPlan,
+    /// What the run's environment and network come from.
+    run_env: RunEnv,
     audit: Option<Arc<AuditLog>>,
 }
 
@@ -140,7 +142,15 @@ impl ProviderRun {
             provider: Some(provider),
             credential: None,
         };
-        let env = EnvBuilder::for_run(&target, &run_env)
+        // The network of a provider run is the config's (else `proxy` if a
+        // proxy is configured, else `host`), as for a tool call.
+        let network = RunOptions {
+            env: run_env.clone(),
+            ..RunOptions::default()
+        }
+        .network_mode()
+        .map_err(|e| SignInError::Setup(e.to_string()))?;
+        let env = EnvBuilder::for_run(&target, &run_env, network)
             .map_err(|e| SignInError::Setup(e.to_string()))?
             .build();
         Ok(Self {
@@ -153,6 +163,7 @@ impl ProviderRun {
                 env: env.into(),
                 secrets: Vec::new(),
             },
+            run_env,
             audit: None,
         })
     }
@@ -180,6 +191,7 @@ impl ProviderRun {
         let tool = Some(format!("provider {}", self.action.name()));
         let options = RunOptions {
             timeout,
+            env: self.run_env.clone(),
             ..RunOptions::default()
         };
         let launched = launch_as(
@@ -217,6 +229,7 @@ impl ProviderRun {
             timeout: limits.session,
             input: Input::Null,
             output: Output::Capture(limits.max_bytes),
+            env: self.run_env.clone(),
             ..RunOptions::default()
         };
         let launcher = launcher.clone();

@@ -1,0 +1,571 @@
+//! A call's network, as the operator chose it: `none` reaches nothing
+//! outside the call, `proxy` reaches the configured proxy only through the
+//! worker (which adds the proxy's password the tool never sees), `host` is
+//! the host's. Every denial comes with its errno, beside the same probe on
+//! the host's network, where it works. All traffic stays on this machine:
+//! the test runs its own HTTP server, UDP echo "resolver" and CONNECT proxy
+//! on the host's loopback.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use common::{launcher, rt, TestUser};
+use serde_json::json;
+use tono_seal::classify::Policy;
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::env::{EnvConfig, Network, RunEnv};
+use tono_seal::user::TargetUser;
+use tono_seal::Outcome;
+
+const PROXY_USER: &str = "tono-proxy-user";
+const PROXY_PASSWORD: &str = "pr0xy-pa55word-never-in-a-call";
+
+/// An HTTP server on the host's loopback: `/` answers `hello-server`;
+/// `/together` answers only once two requests wait at once (or `alone`
+/// after 20 s), so two calls that both get `together` ran at once.
+struct Server {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Server {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let waiting = Arc::new((Mutex::new(0usize), Condvar::new()));
+        let counted = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (hits, waiting) = (counted.clone(), waiting.clone());
+                std::thread::spawn(move || serve_http(stream, &hits, &waiting));
+            }
+        });
+        Self { port, hits }
+    }
+}
+
+fn serve_http(stream: TcpStream, hits: &AtomicUsize, waiting: &(Mutex<usize>, Condvar)) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    hits.fetch_add(1, Ordering::SeqCst);
+    let body = if request_line.contains("/together") {
+        let (count, cv) = waiting;
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        cv.notify_all();
+        let (n, _) = cv
+            .wait_timeout_while(n, Duration::from_secs(20), |n| *n < 2)
+            .unwrap();
+        if *n >= 2 {
+            "together"
+        } else {
+            "alone"
+        }
+    } else {
+        "hello-server"
+    };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A UDP server on the host's loopback that answers every datagram with
+/// itself: a stand-in for the host's resolver.
+fn udp_echo() -> u16 {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    });
+    port
+}
+
+/// A CONNECT and plain-HTTP proxy on the host's loopback that demands
+/// `PROXY_USER:PROXY_PASSWORD` and records each request line with the
+/// credentials it came with.
+struct Proxy {
+    port: u16,
+    seen: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+impl Proxy {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let log = log.clone();
+                std::thread::spawn(move || proxy_one(stream, &log));
+            }
+        });
+        Self { port, seen }
+    }
+
+    fn seen(&self) -> Vec<(String, bool)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn expected_authorization() -> String {
+    let pair = format!("{PROXY_USER}:{PROXY_PASSWORD}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+fn proxy_one(stream: TcpStream, log: &Mutex<Vec<(String, bool)>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let mut authorized = false;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("proxy-authorization")
+                && value.trim() == expected_authorization()
+            {
+                authorized = true;
+            }
+        }
+    }
+    let request_line = request_line.trim_end().to_owned();
+    log.lock().unwrap().push((request_line.clone(), authorized));
+    let mut client = stream;
+    if !authorized {
+        let _ = client.write_all(
+            b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"t\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        return;
+    }
+    let parts: Vec<&str> = request_line.split(' ').collect();
+    let (method, target) = (parts[0], parts[1]);
+    let (authority, path) = if method == "CONNECT" {
+        (target.to_owned(), None)
+    } else {
+        let rest = target.strip_prefix("http://").unwrap_or(target);
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        (authority.to_owned(), Some(format!("/{path}")))
+    };
+    let Ok(mut upstream) = TcpStream::connect(&authority) else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+        return;
+    };
+    match path {
+        None => {
+            let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        }
+        Some(path) => {
+            let _ = write!(
+                upstream,
+                "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            );
+        }
+    }
+    // Whatever the client had already sent after its head, then both ways.
+    let buffered = reader.buffer().to_vec();
+    let _ = upstream.write_all(&buffered);
+    let (mut up_read, mut client_write) = (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+    let back = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut up_read, &mut client_write);
+        let _ = client_write.shutdown(Shutdown::Write);
+    });
+    let mut client_read = reader.into_inner();
+    let _ = std::io::copy(&mut client_read, &mut upstream);
+    let _ = upstream.shutdown(Shutdown::Write);
+    let _ = back.join();
+}
+
+/// An env config naming the test proxy with its credentials.
+fn proxy_config(proxy_port: u16) -> Arc<EnvConfig> {
+    Arc::new(
+        EnvConfig::from_json(
+            json!({ "proxy": format!("http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{proxy_port}") })
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap(),
+    )
+}
+
+async fn shell_on(
+    user: &TargetUser,
+    command: &str,
+    network: Option<Network>,
+    config: Arc<EnvConfig>,
+    grants: &[&str],
+) -> Outcome {
+    let grants: Vec<SecretGrant> = grants.iter().map(|g| SecretGrant::parse(g).unwrap()).collect();
+    let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
+    let raw = serde_json::to_vec(
+        &json!({"tool": "shell", "args": {"command": command, "secrets": names}}),
+    )
+    .unwrap();
+    drop_and_run(&DropRequest {
+        launcher: &launcher(),
+        policy: &Policy::default(),
+        user,
+        grants: &grants,
+        call: &raw,
+        options: RunOptions {
+            network,
+            env: RunEnv {
+                config,
+                ..RunEnv::default()
+            },
+            timeout: Duration::from_secs(60),
+            ..RunOptions::default()
+        },
+    })
+    .await
+}
+
+/// A Python probe that tries each `name=kind:host:port` and prints
+/// `name ok` or `name errno NAME`: `tcp` connects, `udp` sends a DNS-shaped
+/// query and waits for the answer.
+fn probes(targets: &[(&str, &str, &str, u16)]) -> String {
+    let list: Vec<String> = targets
+        .iter()
+        .map(|(name, kind, host, port)| format!("({name:?},{kind:?},{host:?},{port})"))
+        .collect();
+    format!(
+        r#"python3 - <<'EOF'
+import errno, socket
+for name, kind, host, port in [{}]:
+    try:
+        if kind == "tcp":
+            s = socket.socket(); s.settimeout(5); s.connect((host, port))
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+            s.connect((host, port))
+            s.send(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01")
+            s.recv(512)
+        print(name, "ok")
+    except socket.timeout:
+        print(name, "errno ETIMEDOUT")
+    except OSError as e:
+        print(name, "errno", errno.errorcode.get(e.errno, e.errno))
+EOF
+echo "interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')""#,
+        list.join(",")
+    )
+}
+
+fn line_of<'a>(out: &'a Outcome, name: &str) -> &'a str {
+    out.stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no line for {name}: {out:?}"))
+}
+
+#[test]
+fn a_call_without_network_reaches_nothing_outside_itself_and_the_host_control_does() {
+    need_root!();
+    let server = Server::start();
+    let resolver = udp_echo();
+    let proxy = Proxy::start();
+    let u = TestUser::bare();
+    let probe = probes(&[
+        ("server", "tcp", "127.0.0.1", server.port),
+        ("proxy", "tcp", "127.0.0.1", proxy.port),
+        ("resolver", "udp", "127.0.0.1", resolver),
+        ("metadata", "tcp", "169.254.169.254", 80),
+    ]);
+    let rt = rt();
+    let config = Arc::new(EnvConfig::default());
+    // Positive control: on the host's network the same probes reach the
+    // host's loopback services.
+    let host = rt.block_on(shell_on(&u.user, &probe, Some(Network::Host), config.clone(), &[]));
+    assert_eq!(host.limits.as_ref().and_then(|l| l.network.as_deref()), Some("host"));
+    for name in ["server", "proxy", "resolver"] {
+        assert_eq!(line_of(&host, name), format!("{name} ok"), "{host:?}");
+    }
+    let none = rt.block_on(shell_on(&u.user, &probe, Some(Network::None), config, &[]));
+    assert!(none.launch_error.is_none(), "{none:?}");
+    assert_eq!(none.limits.as_ref().and_then(|l| l.network.as_deref()), Some("none"));
+    for name in ["server", "proxy", "resolver"] {
+        assert_eq!(
+            line_of(&none, name),
+            format!("{name} errno ECONNREFUSED"),
+            "nothing listens on the call's own loopback: {none:?}"
+        );
+    }
+    assert_eq!(
+        line_of(&none, "metadata"),
+        "metadata errno ENETUNREACH",
+        "no route leaves the call: {none:?}"
+    );
+    assert_eq!(line_of(&none, "interfaces:"), "interfaces: lo ", "{none:?}");
+    assert!(
+        line_of(&host, "interfaces:") != "interfaces: lo ",
+        "the control sees the host's interfaces: {host:?}"
+    );
+    // The call's own loopback works: a server of its own is reachable.
+    let own = rt.block_on(shell_on(
+        &u.user,
+        "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); c=socket.create_connection(s.getsockname()); print(\"own loopback ok\")'",
+        Some(Network::None),
+        Arc::new(EnvConfig::default()),
+        &[],
+    ));
+    assert_eq!(own.stdout, "own loopback ok\n", "{own:?}");
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        1,
+        "only the control's connection reached the server"
+    );
+}
+
+#[test]
+fn a_call_behind_the_proxy_reaches_it_only_through_the_worker_and_never_holds_its_password() {
+    need_root!();
+    let server = Server::start();
+    let proxy = Proxy::start();
+    let u = TestUser::with_key();
+    let canary = "call-memory-canary-7d1f9e";
+    u.seal("CANARY", canary.as_bytes());
+    let config = proxy_config(proxy.port);
+    let rt = rt();
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    // `--noproxy ''`: the call's NO_PROXY keeps loopback direct; this asks
+    // for the proxy even so. `-p` tunnels with CONNECT.
+    let script = format!(
+        "echo \"env: $HTTPS_PROXY $http_proxy $ALL_PROXY\"; \
+         curl -sS --noproxy '' {url}; echo; \
+         curl -sS --noproxy '' -p {url}; echo; \
+         {}",
+        probes(&[("direct", "tcp", "127.0.0.1", server.port)])
+    );
+    let out = rt.block_on(shell_on(&u.user, &script, None, config.clone(), &[]));
+    assert!(out.launch_error.is_none(), "{out:?}");
+    assert_eq!(out.limits.as_ref().and_then(|l| l.network.as_deref()), Some("proxy"));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        &lines[..4],
+        [
+            "env: http://127.0.0.1:3128 http://127.0.0.1:3128 http://127.0.0.1:3128",
+            "hello-server",
+            "hello-server",
+            "direct errno ECONNREFUSED",
+        ],
+        "{out:?}"
+    );
+    let seen = proxy.seen();
+    assert_eq!(
+        seen,
+        [
+            (format!("GET {url} HTTP/1.1"), true),
+            (format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.port), true),
+        ],
+        "the proxy saw both requests, each with the worker's credentials"
+    );
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+
+    // The worker's end speaks only to the proxy, and only in the one shape:
+    // an origin-form request (no proxy target) and a bare-LF head are
+    // answered 400 by the worker and reach neither the proxy nor the server.
+    let raw = format!(
+        r#"python3 - <<'EOF'
+import socket
+for head in [b'GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n', b'GET {url} HTTP/1.1\nX: y\r\n\r\n']:
+    s = socket.create_connection(('127.0.0.1', 3128)); s.sendall(head)
+    print(s.recv(64).split(b'\r\n')[0].decode())
+EOF"#,
+        port = server.port
+    );
+    let refused = rt.block_on(shell_on(&u.user, &raw, None, config.clone(), &[]));
+    assert_eq!(
+        refused.stdout, "HTTP/1.1 400 Bad Request\nHTTP/1.1 400 Bad Request\n",
+        "{refused:?}"
+    );
+    assert_eq!(proxy.seen().len(), 2, "nothing more reached the proxy");
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2, "nor the server");
+
+    // No trace of the password where the call can look: the environment of
+    // every process of the call, and the memory of the tool and of its
+    // launcher (scanned by root while the call waits), beside a control —
+    // a secret the call unsealed, which the same scan must find.
+    let basic = expected_authorization();
+    let needles: [&[u8]; 4] = [
+        PROXY_PASSWORD.as_bytes(),
+        basic.as_bytes(),
+        basic["Basic ".len()..].as_bytes(),
+        canary.as_bytes(),
+    ];
+    let uid = u.user.uid;
+    let call = {
+        let (user, config) = (u.user.clone(), config.clone());
+        rt.spawn(async move {
+            shell_on(
+                &user,
+                "cat /proc/[0-9]*/environ | tr '\\0' '\\n'; \
+                 curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; sleep 6.5",
+                None,
+                config,
+                &["CANARY"],
+            )
+            .await
+        })
+    };
+    let scanned = scan_call_processes(uid, "6.5", &needles);
+    let out = rt.block_on(call).unwrap();
+    assert!(out.launch_error.is_none(), "{out:?}");
+    // (The canary is masked in this output; the password would not be.)
+    let environ = &out.stdout;
+    assert!(environ.contains("HTTPS_PROXY=http://127.0.0.1:3128"), "{environ}");
+    assert!(!environ.contains(PROXY_PASSWORD) && !environ.contains(&basic[6..]), "{environ}");
+    assert!(!environ.contains(PROXY_USER), "{environ}");
+    assert!(scanned.len() >= 2, "the tool and its launcher: {scanned:?}");
+    assert!(
+        scanned.iter().any(|(_, counts)| counts[3] > 0),
+        "the control: the unsealed canary is in the call's memory: {scanned:?}"
+    );
+    for (pid, counts) in &scanned {
+        assert_eq!(&counts[..3], [0, 0, 0], "pid {pid} holds the proxy's password");
+    }
+}
+
+/// Root's scan of every process of `uid` once its `sleep ARG` runs: the
+/// count of each needle per process.
+fn scan_call_processes(uid: u32, sleep_arg: &str, needles: &[&[u8]]) -> Vec<(u32, Vec<usize>)> {
+    use std::os::unix::fs::MetadataExt;
+    let want = format!("sleep\0{sleep_arg}\0");
+    // Bounded by a count of looks, not a clock.
+    for _ in 0..2000 {
+        let pids: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+            .filter(|pid| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid))
+            .collect();
+        let sleeping = pids.iter().any(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+        });
+        if sleeping {
+            return pids
+                .into_iter()
+                .filter_map(|pid| {
+                    let counts = tono_seal::cli::memscan::count_in_process(pid, needles).ok()?;
+                    Some((pid, counts))
+                })
+                .collect();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the call's sleep never ran");
+}
+
+#[test]
+fn two_users_behind_the_proxy_at_once_each_reach_it_through_their_own_end() {
+    need_root!();
+    let server = Server::start();
+    let proxy = Proxy::start();
+    let (a, b) = (TestUser::bare(), TestUser::bare());
+    let config = proxy_config(proxy.port);
+    let script = format!(
+        "curl -sS --noproxy '' -p http://127.0.0.1:{}/together; echo; \
+         echo \"listening: $(awk '$4 == \"0A\"' /proc/net/tcp | wc -l) $(awk '$4 == \"0A\" {{print $2}}' /proc/net/tcp)\"",
+        server.port
+    );
+    let rt = rt();
+    let (out_a, out_b) = rt.block_on(async {
+        tokio::join!(
+            shell_on(&a.user, &script, None, config.clone(), &[]),
+            shell_on(&b.user, &script, None, config.clone(), &[])
+        )
+    });
+    for out in [&out_a, &out_b] {
+        // `together`: the server held both requests at once, so each call
+        // had its own end open while the other's was.
+        assert_eq!(
+            out.stdout, "together\nlistening: 1 0100007F:0C38\n",
+            "each call sees one listening socket, its own 127.0.0.1:3128: {out:?}"
+        );
+    }
+    assert_eq!(proxy.seen().iter().filter(|(_, ok)| *ok).count(), 2);
+}
+
+/// Descriptors and threads of this process.
+fn fds_and_threads() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    (fds, threads)
+}
+
+#[test]
+fn a_thousand_calls_behind_the_proxy_leave_nothing_behind() {
+    need_root!();
+    let server = Server::start();
+    let proxy = Proxy::start();
+    let u = TestUser::bare();
+    let config = proxy_config(proxy.port);
+    // Each call opens a tunnel through its end and leaves it open: the
+    // call's end must still close it.
+    let script = format!(
+        "exec bash -c \"exec 3<>/dev/tcp/127.0.0.1/3128; printf 'CONNECT 127.0.0.1:{} HTTP/1.1\\r\\n\\r\\n' >&3; head -c 12 <&3\"",
+        server.port
+    );
+    let rt = rt();
+    let run = |n: usize| {
+        let mut ok = 0;
+        for _ in 0..n {
+            let out = rt.block_on(shell_on(&u.user, &script, None, config.clone(), &[]));
+            if out.stdout == "HTTP/1.1 200" {
+                ok += 1;
+            } else {
+                panic!("{out:?}");
+            }
+        }
+        ok
+    };
+    // Warm up: the launcher pool of this kind is made and filled.
+    assert_eq!(run(10), 10);
+    let before = fds_and_threads();
+    assert_eq!(run(1000), 1000);
+    let after = fds_and_threads();
+    assert_eq!(common::live_processes_of(u.user.uid), 0);
+    assert_eq!(proxy.seen().len(), 1010);
+    // A refill of the pool may be under way (a pooled launcher holds 4
+    // pipe ends); one descriptor or thread kept per call would be 1,000.
+    assert!(
+        after.0 <= before.0 + 8 && after.1 <= before.1 + 2,
+        "descriptors {} -> {}, threads {} -> {}",
+        before.0,
+        after.0,
+        before.1,
+        after.1
+    );
+    eprintln!(
+        "1,000 calls: descriptors {} -> {}, threads {} -> {}",
+        before.0, after.0, before.1, after.1
+    );
+}
