@@ -194,7 +194,8 @@ fn proxy_one(stream: TcpStream, log: &Mutex<Vec<(String, bool)>>) {
     // Whatever the client had already sent after its head, then both ways.
     let buffered = reader.buffer().to_vec();
     let _ = upstream.write_all(&buffered);
-    let (mut up_read, mut client_write) = (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+    let (mut up_read, mut client_write) =
+        (upstream.try_clone().unwrap(), client.try_clone().unwrap());
     let back = std::thread::spawn(move || {
         let _ = std::io::copy(&mut up_read, &mut client_write);
         let _ = client_write.shutdown(Shutdown::Write);
@@ -224,7 +225,10 @@ async fn shell_on(
     config: Arc<EnvConfig>,
     grants: &[&str],
 ) -> Outcome {
-    let grants: Vec<SecretGrant> = grants.iter().map(|g| SecretGrant::parse(g).unwrap()).collect();
+    let grants: Vec<SecretGrant> = grants
+        .iter()
+        .map(|g| SecretGrant::parse(g).unwrap())
+        .collect();
     let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
     let raw = serde_json::to_vec(
         &json!({"tool": "shell", "args": {"command": command, "secrets": names}}),
@@ -304,14 +308,26 @@ fn a_call_without_network_reaches_nothing_outside_itself_and_the_host_control_do
     let config = Arc::new(EnvConfig::default());
     // Positive control: on the host's network the same probes reach the
     // host's loopback services.
-    let host = rt.block_on(shell_on(&u.user, &probe, Some(Network::Host), config.clone(), &[]));
-    assert_eq!(host.limits.as_ref().and_then(|l| l.network.as_deref()), Some("host"));
+    let host = rt.block_on(shell_on(
+        &u.user,
+        &probe,
+        Some(Network::Host),
+        config.clone(),
+        &[],
+    ));
+    assert_eq!(
+        host.limits.as_ref().and_then(|l| l.network.as_deref()),
+        Some("host")
+    );
     for name in ["server", "proxy", "resolver"] {
         assert_eq!(line_of(&host, name), format!("{name} ok"), "{host:?}");
     }
     let none = rt.block_on(shell_on(&u.user, &probe, Some(Network::None), config, &[]));
     assert!(none.launch_error.is_none(), "{none:?}");
-    assert_eq!(none.limits.as_ref().and_then(|l| l.network.as_deref()), Some("none"));
+    assert_eq!(
+        none.limits.as_ref().and_then(|l| l.network.as_deref()),
+        Some("none")
+    );
     for name in ["server", "proxy", "resolver"] {
         assert_eq!(
             line_of(&none, name),
@@ -367,7 +383,10 @@ fn a_call_behind_the_proxy_reaches_it_only_through_the_worker_and_never_holds_it
     );
     let out = rt.block_on(shell_on(&u.user, &script, None, config.clone(), &[]));
     assert!(out.launch_error.is_none(), "{out:?}");
-    assert_eq!(out.limits.as_ref().and_then(|l| l.network.as_deref()), Some("proxy"));
+    assert_eq!(
+        out.limits.as_ref().and_then(|l| l.network.as_deref()),
+        Some("proxy")
+    );
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(
         &lines[..4],
@@ -418,7 +437,7 @@ EOF"#,
     let needles: [&[u8]; 4] = [
         PROXY_PASSWORD.as_bytes(),
         basic.as_bytes(),
-        basic["Basic ".len()..].as_bytes(),
+        &basic.as_bytes()["Basic ".len()..],
         canary.as_bytes(),
     ];
     let uid = u.user.uid;
@@ -441,8 +460,14 @@ EOF"#,
     assert!(out.launch_error.is_none(), "{out:?}");
     // (The canary is masked in this output; the password would not be.)
     let environ = &out.stdout;
-    assert!(environ.contains("HTTPS_PROXY=http://127.0.0.1:3128"), "{environ}");
-    assert!(!environ.contains(PROXY_PASSWORD) && !environ.contains(&basic[6..]), "{environ}");
+    assert!(
+        environ.contains("HTTPS_PROXY=http://127.0.0.1:3128"),
+        "{environ}"
+    );
+    assert!(
+        !environ.contains(PROXY_PASSWORD) && !environ.contains(&basic[6..]),
+        "{environ}"
+    );
     assert!(!environ.contains(PROXY_USER), "{environ}");
     assert!(scanned.len() >= 2, "the tool and its launcher: {scanned:?}");
     assert!(
@@ -450,7 +475,11 @@ EOF"#,
         "the control: the unsealed canary is in the call's memory: {scanned:?}"
     );
     for (pid, counts) in &scanned {
-        assert_eq!(&counts[..3], [0, 0, 0], "pid {pid} holds the proxy's password");
+        assert_eq!(
+            &counts[..3],
+            [0, 0, 0],
+            "pid {pid} holds the proxy's password"
+        );
     }
 }
 
@@ -568,4 +597,160 @@ fn a_thousand_calls_behind_the_proxy_leave_nothing_behind() {
         "1,000 calls: descriptors {} -> {}, threads {} -> {}",
         before.0, after.0, before.1, after.1
     );
+}
+
+/// Hands `plan` to a launcher started by hand in `namespaces`, and decodes
+/// what it reported.
+fn launch_by_hand(
+    plan: &tono_seal::launch::plan::LaunchPlan,
+    namespaces: tono_seal::sys::NewNamespaces,
+) -> tono_seal::launch::report::StatusReport {
+    use std::io::Read;
+    let null = tono_seal::drop::start::open_null().unwrap();
+    let started =
+        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, namespaces, false)
+            .unwrap();
+    std::fs::File::from(started.plan)
+        .write_all(&serde_json::to_vec(plan).unwrap())
+        .unwrap();
+    let mut status = Vec::new();
+    std::fs::File::from(started.status)
+        .read_to_end(&mut status)
+        .unwrap();
+    tono_seal::sys::reap(started.pid).unwrap();
+    tono_seal::launch::report::StatusReport::decode(&status)
+}
+
+#[test]
+fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
+    use tono_seal::launch::plan::{Action, ExecPlan, LaunchPlan};
+    use tono_seal::launch::report::StatusReport;
+    use tono_seal::sys::NewNamespaces;
+    need_root!();
+    let u = TestUser::bare();
+    let marker = format!("/tmp/tono-net-mismatch-{}", std::process::id());
+    let plan = |network: Network| LaunchPlan {
+        network,
+        worker_netns: Some(tono_seal::sys::current_netns().unwrap()),
+        ..LaunchPlan::for_user(
+            &u.user,
+            Action::Exec(ExecPlan {
+                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
+                cwd: None,
+                env: Vec::new().into(),
+                secrets: Vec::new(),
+            }),
+        )
+    };
+    let own = |net: bool| NewNamespaces { pid: true, net };
+    // A call of network none in a launcher on the host's network, and one
+    // of host in a launcher with a network of its own: both refused before
+    // anything runs.
+    for (network, net) in [
+        (Network::None, false),
+        (Network::Proxy, false),
+        (Network::Host, true),
+    ] {
+        match launch_by_hand(&plan(network), own(net)) {
+            StatusReport::Failed(e) => {
+                assert_eq!(e.code, "network_mismatch", "{network} {net}: {e:?}")
+            }
+            other => panic!("{network} with a network of its own {net}: not refused: {other:?}"),
+        }
+        assert!(
+            !std::path::Path::new(&marker).exists(),
+            "{network} {net}: ran"
+        );
+    }
+    // A plan that asks for a network of its own must name the worker's.
+    let unnamed = LaunchPlan {
+        worker_netns: None,
+        ..plan(Network::None)
+    };
+    match launch_by_hand(&unnamed, own(true)) {
+        StatusReport::Failed(e) => assert_eq!(e.code, "network_mismatch", "{e:?}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    // Controls: each in the launcher started for it runs the program.
+    for (network, net) in [(Network::None, true), (Network::Host, false)] {
+        let report = launch_by_hand(&plan(network), own(net));
+        assert!(
+            matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
+            "{network}: {report:?}"
+        );
+        assert!(
+            std::path::Path::new(&marker).exists(),
+            "{network}: did not run"
+        );
+        std::fs::remove_file(&marker).unwrap();
+    }
+}
+
+#[test]
+fn verify_reports_each_network_mode_with_the_errno_it_got() {
+    need_root!();
+    let proxy = Proxy::start();
+    let u = TestUser::bare();
+    let dir = common::AuditDir::new("netverify");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let config = dir.0.join("env.json");
+    std::fs::write(
+        &config,
+        json!({ "proxy": format!("http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{}", proxy.port) })
+            .to_string(),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    // A config that holds the password and that others can read is refused.
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let open = common::tono(
+        &["verify", "--user", u.name(), "--env-config", &config],
+        b"",
+    );
+    assert_eq!(open.status.code(), Some(2), "{}", common::stderr(&open));
+    assert!(common::stderr(&open).contains("must be root's and closed to others"));
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = common::tono(
+        &[
+            "verify",
+            "--user",
+            u.name(),
+            "--env-config",
+            &config,
+            "--json",
+        ],
+        b"",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["network"], "proxy", "{report}");
+    let probe = |start: &str| {
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["tried"].as_str().unwrap().starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} probe: {report}"))
+            .clone()
+    };
+    let none = probe("network none");
+    assert_eq!(none["pass"], true, "{none}");
+    let got = none["got"].as_str().unwrap();
+    assert!(
+        got.contains("errno 111 (ECONNREFUSED)") && got.contains("errno 101 (ENETUNREACH)"),
+        "{got}"
+    );
+    assert!(
+        got.contains("host control: 127.0.0.1:") && got.ends_with(" ok"),
+        "{got}"
+    );
+    let behind = probe("network proxy");
+    assert_eq!(behind["pass"], true, "{behind}");
+    assert!(
+        behind["got"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:3128 ok, "),
+        "{behind}"
+    );
+    assert_eq!(probe("network host")["pass"], true);
 }

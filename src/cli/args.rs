@@ -187,8 +187,9 @@ impl EnvArgs {
             Some(path) => {
                 use std::io::Read;
                 use std::os::unix::fs::MetadataExt;
-                let unreadable =
-                    |e: std::io::Error| CliError::usage(format!("cannot read {}: {e}", path.display()));
+                let unreadable = |e: std::io::Error| {
+                    CliError::usage(format!("cannot read {}: {e}", path.display()))
+                };
                 let mut file = std::fs::File::open(path).map_err(unreadable)?;
                 let meta = file.metadata().map_err(unreadable)?;
                 let mut bytes = zeroize::Zeroizing::new(Vec::new());
@@ -420,6 +421,12 @@ pub enum Command {
         /// Append a receipt of every probe call to this audit log.
         #[command(flatten)]
         audit: AuditArg,
+        /// The settings calls get (the proxy is probed if one is set).
+        #[command(flatten)]
+        env: EnvArgs,
+        /// The network the probe calls get, as `run --network`.
+        #[arg(long, value_enum)]
+        network: Option<NetworkArg>,
     },
     /// Classify raw tool calls, one JSON line each on stdin.
     Classify {

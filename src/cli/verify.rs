@@ -25,6 +25,8 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             code,
             json,
             audit,
+            env,
+            network,
         } => {
             let roles = match (agent, executor, gate) {
                 (Some(a), Some(e), Some(g)) => {
@@ -40,6 +42,8 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 _ => None,
             };
             let audit = audit.open()?;
+            let env = env.load()?;
+            let network = network.map(Into::into);
             let plan = |users, code| VerifyPlan {
                 users,
                 tenant_secrets,
@@ -47,6 +51,8 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 code,
                 roles,
                 audit,
+                env,
+                network,
             };
             run(launcher, &users, code, plan, json.json).await
         }
@@ -80,6 +86,13 @@ async fn run(
     }
     code.insert(1.min(code.len()), launcher.path().to_path_buf());
     let plan = plan(users, code);
+    let network = crate::drop::RunOptions {
+        env: plan.env.clone(),
+        network: plan.network,
+        ..crate::drop::RunOptions::default()
+    }
+    .network_mode()
+    .map_err(|e| CliError::usage(e.message))?;
     let probes = verify(launcher, &plan)
         .await
         .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
@@ -87,6 +100,7 @@ async fn run(
     let inconclusive = probes.iter().filter(|p| p.inconclusive).count();
     if json {
         print_json(&serde_json::json!({
+            "network": network,
             "passed": probes.len() - failed,
             "failed": failed,
             "inconclusive": inconclusive,
@@ -120,6 +134,14 @@ async fn run(
             "{} passed, {} failed ({inconclusive} of them inconclusive: no errno or state proved either way)",
             probes.len() - failed,
             failed
+        );
+        println!(
+            "calls get network {network}{}",
+            if network == crate::env::Network::Host {
+                " (the weakest: a call reaches whatever the host reaches; choose none or proxy)"
+            } else {
+                ""
+            }
         );
     }
     Ok(if failed == 0 { exit::OK } else { exit::FAILED })

@@ -79,9 +79,11 @@ pub(crate) async fn launch_as(
         Network::Host
     };
     let proxy = match (&options.env.config.proxy, network == Network::Proxy) {
-        (Some(url), true) => Some(Arc::new(ProxyUpstream::parse(url).map_err(|e| {
-            LaunchError::new(Stage::Plan, "network_invalid", e.to_string())
-        })?)),
+        (Some(url), true) => {
+            Some(Arc::new(ProxyUpstream::parse(url).map_err(|e| {
+                LaunchError::new(Stage::Plan, "network_invalid", e.to_string())
+            })?))
+        }
         _ => None,
     };
     // What the launch sees is decided by the plan alone (the worker starts

@@ -57,7 +57,10 @@ impl Drop for CallProxy {
 
 /// Opens the proxy end in the network namespace of the launcher `pid`
 /// (an unreaped child of the worker) and starts serving it.
-pub async fn open(pid: libc::pid_t, upstream: Arc<ProxyUpstream>) -> Result<CallProxy, LaunchError> {
+pub async fn open(
+    pid: libc::pid_t,
+    upstream: Arc<ProxyUpstream>,
+) -> Result<CallProxy, LaunchError> {
     let failed = |what: &str, e: std::io::Error| LaunchError {
         stage: Stage::Spawn,
         code: "proxy_unavailable".into(),
@@ -67,12 +70,10 @@ pub async fn open(pid: libc::pid_t, upstream: Arc<ProxyUpstream>) -> Result<Call
     let addr = CALL_PROXY_ADDR
         .parse()
         .map_err(|e| LaunchError::new(Stage::Spawn, "proxy_unavailable", format!("{e}")))?;
-    let listener = tokio::task::spawn_blocking(move || {
-        sys::listen_in_netns_of(pid, addr)
-    })
-    .await
-    .map_err(|e| failed("the namespace thread", std::io::Error::other(e.to_string())))?
-    .map_err(|e| failed("listen in the call's network namespace", e))?;
+    let listener = tokio::task::spawn_blocking(move || sys::listen_in_netns_of(pid, addr))
+        .await
+        .map_err(|e| failed("the namespace thread", std::io::Error::other(e.to_string())))?
+        .map_err(|e| failed("listen in the call's network namespace", e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| failed("set the listener non-blocking", e))?;
@@ -152,8 +153,7 @@ async fn carry(mut call: TcpStream, upstream: &ProxyUpstream) {
             return answer(&mut call, "502 Bad Gateway", &why).await;
         }
     };
-    if proxy.write_all(&rewritten).await.is_err() || proxy.write_all(&head[end..]).await.is_err()
-    {
+    if proxy.write_all(&rewritten).await.is_err() || proxy.write_all(&head[end..]).await.is_err() {
         return;
     }
     drop(rewritten);

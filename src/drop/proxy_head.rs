@@ -156,7 +156,9 @@ fn check_request_line(line: &[u8]) -> Result<bool, HeadError> {
                 !port.is_empty() && port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
             });
         if !ok {
-            return Err(HeadError::Refused("CONNECT names something other than host:port"));
+            return Err(HeadError::Refused(
+                "CONNECT names something other than host:port",
+            ));
         }
         return Ok(true);
     }
@@ -204,22 +206,22 @@ mod tests {
     #[test]
     fn heads_that_two_parsers_could_read_apart_are_refused() {
         let bad: &[&[u8]] = &[
-            b"GET http://h/ HTTP/1.1\nHost: h\r\n\r\n",                // bare LF
-            b"GET http://h/ HTTP/1.1\r\nHost: h\n\r\n\r\n",            // bare LF line
-            b"GET http://h/ HTTP/1.1\r\nX: a\rb\r\n\r\n",              // bare CR
-            b"GET http://h/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n",           // folded
-            b"GET http://h/ HTTP/1.1\r\nX : a\r\n\r\n",                // space before colon
-            b"GET http://h/ HTTP/1.1\r\nX: a\x00b\r\n\r\n",            // NUL
-            b"GET http://h/ HTTP/1.1\r\nNoColon\r\n\r\n",              // no colon
-            b"GET  http://h/ HTTP/1.1\r\n\r\n",                        // two spaces
-            b"GET http://h/ HTTP/2\r\n\r\n",                           // version
-            b"GET http://h/ HTTP/1.1\r\nHost: h\r\n",                  // no end
-            b"GET / HTTP/1.1\r\nHost: h\r\n\r\n",                      // origin-form
-            b"GET https://h/ HTTP/1.1\r\n\r\n",                        // TLS without CONNECT
-            b"CONNECT h HTTP/1.1\r\n\r\n",                             // no port
-            b"CONNECT u@h:443 HTTP/1.1\r\n\r\n",                       // userinfo
-            b"CONNECT h:443/x HTTP/1.1\r\n\r\n",                       // path
-            b"CONNECT h:99999999 HTTP/1.1\r\n\r\n",                    // port
+            b"GET http://h/ HTTP/1.1\nHost: h\r\n\r\n",      // bare LF
+            b"GET http://h/ HTTP/1.1\r\nHost: h\n\r\n\r\n",  // bare LF line
+            b"GET http://h/ HTTP/1.1\r\nX: a\rb\r\n\r\n",    // bare CR
+            b"GET http://h/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n", // folded
+            b"GET http://h/ HTTP/1.1\r\nX : a\r\n\r\n",      // space before colon
+            b"GET http://h/ HTTP/1.1\r\nX: a\x00b\r\n\r\n",  // NUL
+            b"GET http://h/ HTTP/1.1\r\nNoColon\r\n\r\n",    // no colon
+            b"GET  http://h/ HTTP/1.1\r\n\r\n",              // two spaces
+            b"GET http://h/ HTTP/2\r\n\r\n",                 // version
+            b"GET http://h/ HTTP/1.1\r\nHost: h\r\n",        // no end
+            b"GET / HTTP/1.1\r\nHost: h\r\n\r\n",            // origin-form
+            b"GET https://h/ HTTP/1.1\r\n\r\n",              // TLS without CONNECT
+            b"CONNECT h HTTP/1.1\r\n\r\n",                   // no port
+            b"CONNECT u@h:443 HTTP/1.1\r\n\r\n",             // userinfo
+            b"CONNECT h:443/x HTTP/1.1\r\n\r\n",             // path
+            b"CONNECT h:99999999 HTTP/1.1\r\n\r\n",          // port
         ];
         for head in bad {
             assert!(
@@ -228,7 +230,10 @@ mod tests {
                 String::from_utf8_lossy(head)
             );
         }
-        let long = format!("GET http://h/ HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
+        let long = format!(
+            "GET http://h/ HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES)
+        );
         assert_eq!(rewrite(long.as_bytes(), None), Err(HeadError::TooLarge));
     }
 

@@ -75,7 +75,8 @@ pub struct RunOptions {
     pub view: crate::launch::view::View,
     /// The call's network (`none`, `proxy`, `host`); `None` leaves it to
     /// the config, else `proxy` if a proxy is configured and `host` if not
-    /// ([`Network::resolve`]). A call of the shared view has the host's.
+    /// ([`crate::env::EnvConfig::network_for`]). A call of the shared view
+    /// has the host's.
     pub network: Option<Network>,
 }
 
@@ -93,7 +94,10 @@ impl RunOptions {
                 ))),
             };
         }
-        Network::resolve(self.network, &self.env.config).map_err(|e| invalid(e.to_string()))
+        self.env
+            .config
+            .network_for(self.network)
+            .map_err(|e| invalid(e.to_string()))
     }
 }
 

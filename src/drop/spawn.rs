@@ -23,9 +23,9 @@ use tokio::net::unix::pipe;
 
 use super::pool;
 use super::proxy;
-use crate::env::{Network, ProxyUpstream};
 use super::start::{open_null, start, Launcher, Started};
 use crate::contain::{AppliedLimits, CallCgroup, Counters};
+use crate::env::{Network, ProxyUpstream};
 use crate::launch::plan::LaunchPlan;
 use crate::launch::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
 use crate::sys;

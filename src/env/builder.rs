@@ -109,7 +109,7 @@ pub struct EnvConfig {
     #[serde(default)]
     pub no_proxy: Option<String>,
     /// The network of a call that chooses none (see
-    /// [`super::network::Network::resolve`]).
+    /// [`EnvConfig::network_for`]).
     #[serde(default)]
     pub network: Option<super::network::Network>,
     /// Settings for Bedrock agents.
@@ -133,11 +133,27 @@ impl EnvConfig {
         }
         // The default mode must work: `proxy` needs a proxy the worker can
         // speak to.
-        let default = Network::resolve(None, &config).map_err(|e| e.to_string())?;
+        let default = config.network_for(None).map_err(|e| e.to_string())?;
         if let (Network::Proxy, Some(proxy)) = (default, &config.proxy) {
-            super::network::ProxyUpstream::parse(proxy).map_err(|e| e.to_string())?;
+            super::network::ProxyUpstream::parse(proxy)?;
         }
         Ok(config)
+    }
+
+    /// The network a call gets: `chosen` (the call's or the turn's), else
+    /// this config's, else `proxy` if a proxy is configured and `host` if
+    /// not. `proxy` needs a configured proxy.
+    pub fn network_for(&self, chosen: Option<Network>) -> Result<Network, EnvError> {
+        let mode = chosen.or(self.network).unwrap_or(match self.proxy {
+            Some(_) => Network::Proxy,
+            None => Network::Host,
+        });
+        if mode == Network::Proxy && self.proxy.is_none() {
+            return Err(EnvError::BadProxy(
+                "network mode proxy needs a proxy in the environment config".into(),
+            ));
+        }
+        Ok(mode)
     }
 
     /// The table entry of `provider`: the config's, else the built-in.
@@ -508,7 +524,9 @@ mod tests {
             provider: Some(Provider::Bedrock),
             credential: None,
         };
-        let env = EnvBuilder::for_run(&user(), &run, Network::Host).unwrap().build();
+        let env = EnvBuilder::for_run(&user(), &run, Network::Host)
+            .unwrap()
+            .build();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
         assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("configured"));
@@ -553,24 +571,63 @@ mod tests {
             env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
         };
         let host = env_of(Network::Host);
-        assert_eq!(get(&host, "https_proxy").as_deref(), Some("http://proxy:3128"));
+        assert_eq!(
+            get(&host, "https_proxy").as_deref(),
+            Some("http://proxy:3128")
+        );
         assert_eq!(get(&host, "NO_PROXY").as_deref(), Some("corp"));
         let proxy = env_of(Network::Proxy);
         for name in ["HTTPS_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-            assert_eq!(get(&proxy, name).as_deref(), Some("http://127.0.0.1:3128"), "{name}");
+            assert_eq!(
+                get(&proxy, name).as_deref(),
+                Some("http://127.0.0.1:3128"),
+                "{name}"
+            );
         }
-        assert_eq!(get(&proxy, "no_proxy").as_deref(), Some("localhost,127.0.0.1,::1"));
+        assert_eq!(
+            get(&proxy, "no_proxy").as_deref(),
+            Some("localhost,127.0.0.1,::1")
+        );
         let none = env_of(Network::None);
         assert!(
-            none.iter().all(|(n, _)| !n.to_lowercase().contains("proxy")),
+            none.iter()
+                .all(|(n, _)| !n.to_lowercase().contains("proxy")),
             "{none:?}"
         );
         for env in [host, proxy] {
-            assert!(env.iter().all(|(_, v)| !v.contains("hunter2") && !v.contains("agent")));
+            assert!(env
+                .iter()
+                .all(|(_, v)| !v.contains("hunter2") && !v.contains("agent")));
         }
         // A default of `proxy` needs a proxy, and one the worker speaks to.
         assert!(EnvConfig::from_json(br#"{"network": "proxy"}"#).is_err());
         assert!(EnvConfig::from_json(br#"{"proxy": "https://proxy:3128"}"#).is_err());
-        assert!(EnvConfig::from_json(br#"{"proxy": "https://proxy:3128", "network": "host"}"#).is_ok());
+        assert!(
+            EnvConfig::from_json(br#"{"proxy": "https://proxy:3128", "network": "host"}"#).is_ok()
+        );
+    }
+
+    #[test]
+    fn the_call_chooses_then_the_config_then_proxy_if_configured_else_host() {
+        use Network as N;
+        let config = |proxy: Option<&str>, network: Option<N>| EnvConfig {
+            proxy: proxy.map(str::to_owned),
+            network,
+            ..EnvConfig::default()
+        };
+        let with = config(Some("http://p:3128"), None);
+        let without = config(None, None);
+        assert_eq!(with.network_for(None).unwrap(), N::Proxy);
+        assert_eq!(without.network_for(None).unwrap(), N::Host);
+        assert_eq!(with.network_for(Some(N::None)).unwrap(), N::None);
+        assert_eq!(with.network_for(Some(N::Host)).unwrap(), N::Host);
+        let none_by_config = config(Some("http://p:3128"), Some(N::None));
+        assert_eq!(none_by_config.network_for(None).unwrap(), N::None);
+        assert_eq!(
+            none_by_config.network_for(Some(N::Proxy)).unwrap(),
+            N::Proxy
+        );
+        assert!(without.network_for(Some(N::Proxy)).is_err());
+        assert!(config(None, Some(N::Proxy)).network_for(None).is_err());
     }
 }

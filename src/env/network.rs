@@ -3,8 +3,8 @@
 //!
 //! Guarantees: a mode is chosen per call, else per the operator's config,
 //! else `proxy` when a proxy is configured and `host` when none is
-//! ([`Network::resolve`]); `proxy` without a configured `http://` proxy is
-//! refused, never quietly widened. The proxy's user name and password are
+//! ([`super::EnvConfig::network_for`]); `proxy` without a configured
+//! `http://` proxy is refused, never quietly widened. The proxy's user name and password are
 //! parsed once, into [`ProxyUpstream`], which holds them only as the
 //! ready `Proxy-Authorization` value, wiped when dropped and never shown by
 //! `Debug`; nothing here puts them in a call's environment.
@@ -15,8 +15,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
-
-use super::builder::{EnvConfig, EnvError};
 
 /// The loopback address inside a call's own network namespace where the
 /// worker's end of the proxy listens in mode `proxy`.
@@ -38,24 +36,6 @@ pub enum Network {
 }
 
 impl Network {
-    /// The mode a call gets: `chosen` (the call's or the turn's), else the
-    /// config's, else `proxy` if a proxy is configured and `host` if not.
-    /// `proxy` needs a configured proxy.
-    pub fn resolve(chosen: Option<Network>, config: &EnvConfig) -> Result<Network, EnvError> {
-        let mode = chosen
-            .or(config.network)
-            .unwrap_or(match config.proxy {
-                Some(_) => Network::Proxy,
-                None => Network::Host,
-            });
-        if mode == Network::Proxy && config.proxy.is_none() {
-            return Err(EnvError::BadProxy(
-                "network mode proxy needs a proxy in the environment config".into(),
-            ));
-        }
-        Ok(mode)
-    }
-
     /// Whether the call gets a network namespace of its own.
     pub fn own_namespace(self) -> bool {
         self != Network::Host
@@ -101,27 +81,27 @@ impl ProxyUpstream {
     /// Parses the config's proxy URL: `http://[user[:password]@]host[:port]`.
     /// An `https://` proxy (TLS to the proxy) is refused: the worker's end
     /// speaks plain HTTP to it.
-    pub fn parse(proxy: &str) -> Result<Self, EnvError> {
+    pub fn parse(proxy: &str) -> Result<Self, String> {
         use base64::Engine;
-        let url = url::Url::parse(proxy).map_err(|e| EnvError::BadProxy(e.to_string()))?;
+        let url = url::Url::parse(proxy).map_err(|e| e.to_string())?;
         if url.scheme() != "http" {
-            return Err(EnvError::BadProxy(format!(
+            return Err(format!(
                 "network mode proxy speaks plain HTTP to the proxy; {:?} is not http://",
                 url.scheme()
-            )));
+            ));
         }
         let host = match url.host() {
             Some(url::Host::Domain(d)) => d.to_owned(),
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
             Some(url::Host::Ipv6(ip)) => format!("[{ip}]"),
-            None => return Err(EnvError::BadProxy("it names no host".into())),
+            None => return Err("it names no host".into()),
         };
         let port = url.port_or_known_default().unwrap_or(80);
-        let decode = |s: &str| -> Result<Zeroizing<String>, EnvError> {
+        let decode = |s: &str| -> Result<Zeroizing<String>, String> {
             percent_encoding::percent_decode_str(s)
                 .decode_utf8()
                 .map(|v| Zeroizing::new(v.into_owned()))
-                .map_err(|_| EnvError::BadProxy("the user or password is not UTF-8".into()))
+                .map_err(|_| "the user or password is not UTF-8".to_owned())
         };
         let authorization = if url.username().is_empty() && url.password().is_none() {
             None
@@ -158,30 +138,6 @@ impl fmt::Debug for ProxyUpstream {
 mod tests {
     use super::*;
 
-    fn config(proxy: Option<&str>, network: Option<Network>) -> EnvConfig {
-        EnvConfig {
-            proxy: proxy.map(str::to_owned),
-            network,
-            ..EnvConfig::default()
-        }
-    }
-
-    #[test]
-    fn the_call_chooses_then_the_config_then_proxy_if_configured_else_host() {
-        use Network as N;
-        let with = config(Some("http://p:3128"), None);
-        let without = config(None, None);
-        assert_eq!(N::resolve(None, &with).unwrap(), N::Proxy);
-        assert_eq!(N::resolve(None, &without).unwrap(), N::Host);
-        assert_eq!(N::resolve(Some(N::None), &with).unwrap(), N::None);
-        assert_eq!(N::resolve(Some(N::Host), &with).unwrap(), N::Host);
-        let none_by_config = config(Some("http://p:3128"), Some(N::None));
-        assert_eq!(N::resolve(None, &none_by_config).unwrap(), N::None);
-        assert_eq!(N::resolve(Some(N::Proxy), &none_by_config).unwrap(), N::Proxy);
-        assert!(N::resolve(Some(N::Proxy), &without).is_err());
-        assert!(N::resolve(None, &config(None, Some(N::Proxy))).is_err());
-    }
-
     #[test]
     fn the_upstream_holds_the_credentials_only_as_a_header_value_never_shown() {
         let up = ProxyUpstream::parse("http://agent%40corp:p%3Ass@proxy.corp:8080/").unwrap();
@@ -191,9 +147,20 @@ mod tests {
         let shown = format!("{up:?}");
         assert!(!shown.contains("YWdlbnRAY29ycDpwOnNz"), "{shown}");
         let bare = ProxyUpstream::parse("http://10.0.0.1").unwrap();
-        assert_eq!((bare.address.as_str(), bare.authorization()), ("10.0.0.1:80", Option::None));
-        assert_eq!(ProxyUpstream::parse("http://[::1]:3128").unwrap().address, "[::1]:3128");
-        for bad in ["https://proxy:3128", "socks5://proxy:1080", "proxy:3128", "http://u:%ff@p"] {
+        assert_eq!(
+            (bare.address.as_str(), bare.authorization()),
+            ("10.0.0.1:80", Option::None)
+        );
+        assert_eq!(
+            ProxyUpstream::parse("http://[::1]:3128").unwrap().address,
+            "[::1]:3128"
+        );
+        for bad in [
+            "https://proxy:3128",
+            "socks5://proxy:1080",
+            "proxy:3128",
+            "http://u:%ff@p",
+        ] {
             assert!(ProxyUpstream::parse(bad).is_err(), "{bad}");
         }
     }

@@ -69,10 +69,7 @@ pub fn loopback_up() -> io::Result<()> {
 /// stays in the namespace it was made in, wherever it is used from. The
 /// namespace must not be the caller's own (checked, so a launcher in the
 /// host's namespace never gets a listener in it).
-pub fn listen_in_netns_of(
-    pid: libc::pid_t,
-    addr: SocketAddr,
-) -> io::Result<TcpListener> {
+pub fn listen_in_netns_of(pid: libc::pid_t, addr: SocketAddr) -> io::Result<TcpListener> {
     let ns: OwnedFd = std::fs::File::open(format!("/proc/{pid}/ns/net"))?.into();
     let target = {
         let meta = nix::sys::stat::fstat(ns.as_raw_fd())?;

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::containment::containment_probes;
 use super::machine::machine_facts;
+use super::network::network_probes;
 use super::probe::{fact, Expect, Probe, Verdict, VerifyPlan};
 use super::tree_walk::{walk, MAX_ENTRIES};
 use crate::classify::Policy;
@@ -392,6 +393,8 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
     let policy = Policy::default();
     let options = RunOptions {
         audit: plan.audit.clone(),
+        env: plan.env.clone(),
+        network: plan.network,
         ..RunOptions::default()
     };
     let run = |user: &TargetUser, command: String, timeout: Duration| {
@@ -504,6 +507,7 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
     }
     if let Some(first) = plan.users.first() {
         probes.extend(containment_probes(launcher, first, &options).await);
+        probes.extend(network_probes(launcher, first, &options).await);
     }
     Ok(probes)
 }

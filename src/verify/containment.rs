@@ -25,7 +25,7 @@ use crate::user::TargetUser;
 /// cheap; the mechanism is the same at any size.
 const HOG_LIMIT: u64 = 64 << 20;
 
-async fn shell(
+pub(super) async fn shell(
     launcher: &Launcher,
     user: &TargetUser,
     command: String,

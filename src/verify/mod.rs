@@ -8,7 +8,8 @@
 //! probe as inconclusive. Each probe reports what it tried, as which uid,
 //! what was expected, what happened and whether it passed
 //! ([`probe::Probe`]). Containment is probed as a user — escapes, a fork
-//! past the limit, an allocation past it ([`containment`]). The code trees
+//! past the limit, an allocation past it ([`containment`]) — and so is the
+//! call's network, each mode beside the host's as control ([`network`]). The code trees
 //! are walked entry by entry, bounded, never through a link
 //! ([`tree_walk`]). Facts about the machine are read by root from
 //! root-owned files only ([`machine`]); anything in a home is inspected as
@@ -19,6 +20,7 @@
 pub mod as_user;
 pub mod containment;
 pub mod machine;
+pub mod network;
 pub mod probe;
 pub mod tree_walk;
 

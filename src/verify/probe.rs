@@ -59,6 +59,11 @@ pub struct VerifyPlan {
     pub roles: Option<Roles>,
     /// Where each probe call's receipt goes, if anywhere.
     pub audit: Option<std::sync::Arc<crate::audit::AuditLog>>,
+    /// The operator's environment settings (the proxy probed in mode
+    /// `proxy`).
+    pub env: crate::env::RunEnv,
+    /// The network the probe calls get (as a worker's calls would).
+    pub network: Option<crate::env::Network>,
 }
 
 /// The three uids of the three-uid mode.
