@@ -20,6 +20,7 @@ use tono_seal::audit::{AuditConfig, AuditLog};
 use tono_seal::classify::Policy;
 use tono_seal::drop::Launcher;
 use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::env::{EnvConfig, Network, RunEnv};
 use tono_seal::launch::view::View;
 use tono_seal::turn::account;
 use tono_seal::user::TargetUser;
@@ -136,6 +137,35 @@ fn main() {
     let drop_call = |call: &[u8], cgroup: bool, user: &TargetUser, launcher: &Launcher| {
         drop_call_audited(call, cgroup, user, launcher, None, View::Private)
     };
+    // The call's network: case 6 has the host's (no proxy configured);
+    // 6o none, 6p behind a proxy (its end made in the call's namespace for
+    // every call; /bin/true opens no connection, so the proxy, which is
+    // not there, is never asked).
+    let proxied = std::sync::Arc::new(
+        EnvConfig::from_json(br#"{"proxy": "http://bench:pw@127.0.0.1:9"}"#).unwrap(),
+    );
+    let drop_call_on = |network: Network, launcher: &Launcher| {
+        let options = RunOptions {
+            network: Some(network),
+            env: RunEnv {
+                config: proxied.clone(),
+                ..RunEnv::default()
+            },
+            ..RunOptions::default()
+        };
+        let req = DropRequest {
+            launcher,
+            policy: &policy,
+            user: &user,
+            grants: &grants,
+            call: &call_secrets,
+            options,
+        };
+        let out = rt.block_on(drop_and_run(&req));
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        let on = out.limits.as_ref().and_then(|l| l.network.clone());
+        assert_eq!(on.as_deref(), Some(network.to_string().as_str()), "{out:?}");
+    };
     let mut cases: Vec<Case> = vec![
         (
             "1 bare spawn /bin/true (tokio)",
@@ -238,6 +268,18 @@ fn main() {
             Box::new(move || audited(secrets, true, bench_user, pooled, Some(log), View::Private)),
         ));
     }
+    cases.push((
+        "6o drop_and_run, 3 secrets, network none",
+        Box::new(|| drop_call_on(Network::None, &launcher)),
+    ));
+    cases.push((
+        "6p drop_and_run, 3 secrets, network proxy",
+        Box::new(|| drop_call_on(Network::Proxy, &launcher)),
+    ));
+    cases.push((
+        "6fo drop_and_run, 3 secrets, network none, launcher per call",
+        Box::new(|| drop_call_on(Network::None, &fresh_launcher)),
+    ));
     cases.push((
         "6v drop_and_run, 3 secrets, shared view (no namespaces, no mask)",
         Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, None, View::Shared)),

@@ -56,6 +56,14 @@ impl Ready {
     fn start(path: &Path, namespaces: sys::NewNamespaces) -> io::Result<Self> {
         let null = open_null()?;
         let started = start(path, Some(&null), true, namespaces, true)?;
+        // A network of its own has `lo` down: brought up here, off any
+        // call's path (the launcher checks it again, as root, before use).
+        if namespaces.net {
+            if let Err(e) = sys::in_netns_of(started.pid, sys::loopback_up) {
+                started.end();
+                return Err(e);
+            }
+        }
         let made = CallCgroup::create(
             contain::mounts(),
             UNASSIGNED,

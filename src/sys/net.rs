@@ -62,14 +62,15 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
-/// A listening TCP socket on `addr` inside the network namespace of the
-/// process `pid` (an unreaped child of the caller, so the pid is still
-/// that process), with the namespace's loopback brought up first. Made by
-/// a thread of its own that enters the namespace and ends; the socket
-/// stays in the namespace it was made in, wherever it is used from. The
-/// namespace must not be the caller's own (checked, so a launcher in the
-/// host's namespace never gets a listener in it).
-pub fn listen_in_netns_of(pid: libc::pid_t, addr: SocketAddr) -> io::Result<TcpListener> {
+/// Runs `work` in the network namespace of the process `pid` (an unreaped
+/// child of the caller, so the pid is still that process), on a thread of
+/// its own that enters the namespace and ends with `work`. The namespace
+/// must not be the caller's own (checked, so nothing meant for a call's
+/// namespace is ever done to the host's).
+pub fn in_netns_of<T: Send + 'static>(
+    pid: libc::pid_t,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let ns: OwnedFd = std::fs::File::open(format!("/proc/{pid}/ns/net"))?.into();
     let target = {
         let meta = nix::sys::stat::fstat(ns.as_raw_fd())?;
@@ -82,14 +83,23 @@ pub fn listen_in_netns_of(pid: libc::pid_t, addr: SocketAddr) -> io::Result<TcpL
     }
     let thread = std::thread::Builder::new()
         .name("tono-netns".into())
-        .spawn(move || -> io::Result<TcpListener> {
+        .spawn(move || -> io::Result<T> {
             nix::sched::setns(&ns, CloneFlags::CLONE_NEWNET)?;
-            loopback_up()?;
-            // std's bind: CLOEXEC, SO_REUSEADDR, then listen.
-            let listener = TcpListener::bind(addr)?;
-            Ok(listener)
+            work()
         })?;
     thread
         .join()
         .map_err(|_| io::Error::other("the namespace thread panicked"))?
+}
+
+/// A listening TCP socket on `addr` inside the network namespace of the
+/// process `pid` ([`in_netns_of`]), with the namespace's loopback brought
+/// up first. The socket stays in the namespace it was made in, wherever it
+/// is used from.
+pub fn listen_in_netns_of(pid: libc::pid_t, addr: SocketAddr) -> io::Result<TcpListener> {
+    in_netns_of(pid, move || {
+        loopback_up()?;
+        // std's bind: CLOEXEC, SO_REUSEADDR, then listen.
+        TcpListener::bind(addr)
+    })
 }
