@@ -599,28 +599,6 @@ fn a_thousand_calls_behind_the_proxy_leave_nothing_behind() {
     );
 }
 
-/// Hands `plan` to a launcher started by hand in `namespaces`, and decodes
-/// what it reported.
-fn launch_by_hand(
-    plan: &tono_seal::launch::plan::LaunchPlan,
-    namespaces: tono_seal::sys::NewNamespaces,
-) -> tono_seal::launch::report::StatusReport {
-    use std::io::Read;
-    let null = tono_seal::drop::start::open_null().unwrap();
-    let started =
-        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, namespaces, false)
-            .unwrap();
-    std::fs::File::from(started.plan)
-        .write_all(&serde_json::to_vec(plan).unwrap())
-        .unwrap();
-    let mut status = Vec::new();
-    std::fs::File::from(started.status)
-        .read_to_end(&mut status)
-        .unwrap();
-    tono_seal::sys::reap(started.pid).unwrap();
-    tono_seal::launch::report::StatusReport::decode(&status)
-}
-
 #[test]
 fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
     use tono_seal::launch::plan::{Action, ExecPlan, LaunchPlan};
@@ -651,7 +629,7 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
         (Network::Proxy, false),
         (Network::Host, true),
     ] {
-        match launch_by_hand(&plan(network), own(net)) {
+        match common::launch_by_hand(&plan(network), own(net)) {
             StatusReport::Failed(e) => {
                 assert_eq!(e.code, "network_mismatch", "{network} {net}: {e:?}")
             }
@@ -667,13 +645,13 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
         worker_netns: None,
         ..plan(Network::None)
     };
-    match launch_by_hand(&unnamed, own(true)) {
+    match common::launch_by_hand(&unnamed, own(true)) {
         StatusReport::Failed(e) => assert_eq!(e.code, "network_mismatch", "{e:?}"),
         other => panic!("not refused: {other:?}"),
     }
     // Controls: each in the launcher started for it runs the program.
     for (network, net) in [(Network::None, true), (Network::Host, false)] {
-        let report = launch_by_hand(&plan(network), own(net));
+        let report = common::launch_by_hand(&plan(network), own(net));
         assert!(
             matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
             "{network}: {report:?}"

@@ -316,34 +316,16 @@ fn a_thousand_calls_leave_the_hosts_view_as_it_was() {
     );
 }
 
-/// Hands `plan` to a launcher started by hand, in namespaces of its own or
-/// not, and decodes what it reported.
+/// [`common::launch_by_hand`] in a PID namespace of its own or not.
 fn launch_by_hand(
     plan: &tono_seal::launch::plan::LaunchPlan,
     own_namespaces: bool,
 ) -> tono_seal::launch::report::StatusReport {
-    use std::io::{Read, Write};
-    let null = tono_seal::drop::start::open_null().unwrap();
-    let started = tono_seal::drop::start::start(
-        &common::launch_bin(),
-        Some(&null),
-        true,
-        tono_seal::sys::NewNamespaces {
-            pid: own_namespaces,
-            net: false,
-        },
-        false,
-    )
-    .unwrap();
-    std::fs::File::from(started.plan)
-        .write_all(&serde_json::to_vec(plan).unwrap())
-        .unwrap();
-    let mut status = Vec::new();
-    std::fs::File::from(started.status)
-        .read_to_end(&mut status)
-        .unwrap();
-    tono_seal::sys::reap(started.pid).unwrap();
-    tono_seal::launch::report::StatusReport::decode(&status)
+    let pid_only = tono_seal::sys::NewNamespaces {
+        pid: own_namespaces,
+        net: false,
+    };
+    common::launch_by_hand(plan, pid_only)
 }
 
 #[test]

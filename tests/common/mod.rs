@@ -408,3 +408,24 @@ impl Drop for AuditDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Hands `plan` to a launcher started by hand in `namespaces`, and decodes
+/// what it reported.
+pub fn launch_by_hand(
+    plan: &tono_seal::launch::plan::LaunchPlan,
+    namespaces: tono_seal::sys::NewNamespaces,
+) -> tono_seal::launch::report::StatusReport {
+    use std::io::Read;
+    let null = tono_seal::drop::start::open_null().unwrap();
+    let started =
+        tono_seal::drop::start::start(&launch_bin(), Some(&null), true, namespaces, false).unwrap();
+    std::fs::File::from(started.plan)
+        .write_all(&serde_json::to_vec(plan).unwrap())
+        .unwrap();
+    let mut status = Vec::new();
+    std::fs::File::from(started.status)
+        .read_to_end(&mut status)
+        .unwrap();
+    tono_seal::sys::reap(started.pid).unwrap();
+    tono_seal::launch::report::StatusReport::decode(&status)
+}
