@@ -732,3 +732,44 @@ fn verify_reports_each_network_mode_with_the_errno_it_got() {
     );
     assert_eq!(probe("network host")["pass"], true);
 }
+
+#[test]
+fn behind_the_proxy_a_call_asks_only_for_the_hosts_the_operator_allowed() {
+    need_root!();
+    let server = Server::start();
+    let proxy = Proxy::start();
+    let u = TestUser::bare();
+    let config = Arc::new(
+        EnvConfig::from_json(
+            json!({
+                "proxy": format!("http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{}", proxy.port),
+                "proxy_allow_hosts": ["127.0.0.1", "*.allowed.test"],
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap(),
+    );
+    let ask = |host: &str| {
+        format!(
+            "curl -sS -p --noproxy '' -o /dev/null -w '{host} %{{http_connect}} %{{http_code}}\\n' http://{host}:{}/ 2>/dev/null; ",
+            server.port
+        )
+    };
+    let script = format!(
+        "{}{}{}",
+        ask("127.0.0.1"),
+        ask("localhost"),
+        ask("169.254.169.254")
+    );
+    let out = rt().block_on(shell_on(&u.user, &script, None, config, &[]));
+    assert_eq!(
+        out.stdout, "127.0.0.1 200 200\nlocalhost 403 000\n169.254.169.254 403 000\n",
+        "the control passes, the others are refused by the worker's end: {out:?}"
+    );
+    assert_eq!(
+        proxy.seen(),
+        [(format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.port), true)],
+        "only the allowed request reached the proxy"
+    );
+}

@@ -80,9 +80,10 @@ pub(crate) async fn launch_as(
     };
     let proxy = match (&options.env.config.proxy, network == Network::Proxy) {
         (Some(url), true) => {
-            Some(Arc::new(ProxyUpstream::parse(url).map_err(|e| {
-                LaunchError::new(Stage::Plan, "network_invalid", e.to_string())
-            })?))
+            let mut upstream = ProxyUpstream::parse(url)
+                .map_err(|e| LaunchError::new(Stage::Plan, "network_invalid", e))?;
+            upstream.allow_hosts = options.env.config.proxy_allow_hosts.clone();
+            Some(Arc::new(upstream))
         }
         _ => None,
     };

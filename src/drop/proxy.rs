@@ -12,9 +12,10 @@
 //!   another call's, which lives in another namespace.
 //! - Each connection goes to the configured proxy's address and nowhere
 //!   else, whatever the tool names: what the tool asks for is the proxy's
-//!   to allow. The first request head is read strictly and rewritten
-//!   ([`super::proxy_head`]); a head that is refused is answered `400` and
-//!   goes nowhere.
+//!   to allow, or, with the operator's `proxy_allow_hosts`, the worker's
+//!   end checks first (`403` for any other destination). The first request
+//!   head is read strictly and rewritten ([`super::proxy_head`]); a head
+//!   that is refused is answered `400` and goes nowhere.
 //! - The proxy's password never enters the call: it is added on the
 //!   worker's side of the connection, in a buffer wiped once sent.
 //! - At most [`MAX_CONNECTIONS`] connections of one call are carried at
@@ -31,7 +32,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::proxy_head::{head_end, rewrite, MAX_HEAD_BYTES};
+use super::proxy_head::{head_end, rewrite, HeadError, MAX_HEAD_BYTES};
 use crate::env::{ProxyUpstream, CALL_PROXY_ADDR};
 use crate::launch::report::{LaunchError, Stage};
 use crate::sys;
@@ -142,8 +143,15 @@ async fn carry(mut call: TcpStream, upstream: &ProxyUpstream) {
         Ok(Err(why)) => return answer(&mut call, "400 Bad Request", why).await,
         Err(_) => return answer(&mut call, "408 Request Timeout", "no request head in time").await,
     };
-    let rewritten = match rewrite(&head[..end], upstream.authorization()) {
+    let rewritten = match rewrite(
+        &head[..end],
+        upstream.authorization(),
+        upstream.allow_hosts.as_ref(),
+    ) {
         Ok(r) => r,
+        Err(e @ HeadError::NotAllowed(_)) => {
+            return answer(&mut call, "403 Forbidden", &e.to_string()).await
+        }
         Err(e) => return answer(&mut call, "400 Bad Request", &e.to_string()).await,
     };
     let mut proxy = match TcpStream::connect(&upstream.address).await {

@@ -17,6 +17,8 @@
 
 use zeroize::Zeroizing;
 
+use crate::env::AllowHosts;
+
 /// The longest head read from a call.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
@@ -32,6 +34,39 @@ pub enum HeadError {
     /// A request form a proxy is not asked for this way.
     #[error("refused request: {0}")]
     Refused(&'static str),
+    /// A destination outside the operator's `proxy_allow_hosts`
+    /// (answered `403`).
+    #[error("destination {0:?} is not among the allowed hosts")]
+    NotAllowed(String),
+}
+
+/// The host of an authority (`host[:port]`, `[v6][:port]`), without its
+/// port; `None` if it carries userinfo.
+fn authority_host(authority: &str) -> Option<&str> {
+    if authority.contains('@') {
+        return None;
+    }
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split_once(']').map(|(v6, _)| v6);
+    }
+    Some(
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    )
+}
+
+/// The host a request line asks the proxy for: the `CONNECT` authority's,
+/// or the absolute `http://` target's.
+fn target_host(target: &str) -> Option<&str> {
+    let authority = match target.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => {
+            let rest = &target[7..];
+            rest.split(['/', '?', '#']).next().unwrap_or(rest)
+        }
+        _ => target,
+    };
+    authority_host(authority)
 }
 
 /// Where a request head ends: the index just past its `\r\n\r\n`.
@@ -51,8 +86,13 @@ fn line_bytes_ok(line: &[u8]) -> bool {
 }
 
 /// The head `head` (ending in `\r\n\r\n`) as sent on to the proxy, with
-/// `authorization` (a `Proxy-Authorization` value) if any.
-pub fn rewrite(head: &[u8], authorization: Option<&str>) -> Result<Zeroizing<Vec<u8>>, HeadError> {
+/// `authorization` (a `Proxy-Authorization` value) if any; with `allow`,
+/// the request's target host and every `Host` it names must be allowed.
+pub fn rewrite(
+    head: &[u8],
+    authorization: Option<&str>,
+    allow: Option<&AllowHosts>,
+) -> Result<Zeroizing<Vec<u8>>, HeadError> {
     if head.len() > MAX_HEAD_BYTES {
         return Err(HeadError::TooLarge);
     }
@@ -84,6 +124,17 @@ pub fn rewrite(head: &[u8], authorization: Option<&str>) -> Result<Zeroizing<Vec
         .split_first()
         .ok_or(HeadError::Malformed("no request line"))?;
     let connect = check_request_line(request_line)?;
+    // Checked as text: the request line is visible ASCII (checked above).
+    let check = |host: Option<&str>, what: &str| -> Result<(), HeadError> {
+        let Some(allow) = allow else { return Ok(()) };
+        match host {
+            Some(host) if allow.allows(host) => Ok(()),
+            Some(host) => Err(HeadError::NotAllowed(host.to_owned())),
+            None => Err(HeadError::NotAllowed(what.to_owned())),
+        }
+    };
+    let target = String::from_utf8_lossy(request_line.split(|&b| b == b' ').nth(1).unwrap_or(b""));
+    check(target_host(&target), &target)?;
     let mut out = Zeroizing::new(Vec::with_capacity(head.len() + 128));
     out.extend_from_slice(request_line);
     out.extend_from_slice(b"\r\n");
@@ -119,6 +170,11 @@ pub fn rewrite(head: &[u8], authorization: Option<&str>) -> Result<Zeroizing<Vec
         };
         if dropped.iter().any(|d| name.eq_ignore_ascii_case(d)) {
             continue;
+        }
+        if name.eq_ignore_ascii_case(b"host") {
+            let value = String::from_utf8_lossy(&line[colon + 1..]);
+            let value = value.trim_matches([' ', '\t']);
+            check(authority_host(value), value)?;
         }
         out.extend_from_slice(line);
         out.extend_from_slice(b"\r\n");
@@ -180,7 +236,7 @@ mod tests {
     const AUTH: &str = "Basic dTpw";
 
     fn ok(head: &str) -> String {
-        String::from_utf8(rewrite(head.as_bytes(), Some(AUTH)).unwrap().to_vec()).unwrap()
+        String::from_utf8(rewrite(head.as_bytes(), Some(AUTH), None).unwrap().to_vec()).unwrap()
     }
 
     #[test]
@@ -190,7 +246,7 @@ mod tests {
             out,
             "CONNECT example.com:443 HTTP/1.1\r\nProxy-Authorization: Basic dTpw\r\nHost: example.com:443\r\nUser-Agent: curl\r\n\r\n"
         );
-        let none = rewrite(b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", None).unwrap();
+        let none = rewrite(b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", None, None).unwrap();
         assert_eq!(&none[..], b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n");
     }
 
@@ -225,7 +281,7 @@ mod tests {
         ];
         for head in bad {
             assert!(
-                rewrite(head, Some(AUTH)).is_err(),
+                rewrite(head, Some(AUTH), None).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(head)
             );
@@ -234,7 +290,51 @@ mod tests {
             "GET http://h/ HTTP/1.1\r\nX: {}\r\n\r\n",
             "a".repeat(MAX_HEAD_BYTES)
         );
-        assert_eq!(rewrite(long.as_bytes(), None), Err(HeadError::TooLarge));
+        assert_eq!(
+            rewrite(long.as_bytes(), None, None),
+            Err(HeadError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn only_allowed_destinations_pass_by_target_and_by_every_host_line() {
+        let allow: AllowHosts =
+            serde_json::from_str(r#"["api.github.com", "*.pypi.org", "::1"]"#).unwrap();
+        let pass = |head: &str| rewrite(head.as_bytes(), None, Some(&allow));
+        for ok in [
+            "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n\r\n",
+            "CONNECT files.pypi.org:443 HTTP/1.1\r\n\r\n",
+            "CONNECT [::1]:443 HTTP/1.1\r\n\r\n",
+            "GET http://api.github.com/x?y#z HTTP/1.1\r\nHost: api.github.com\r\n\r\n",
+            "GET http://files.pypi.org:8080 HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(pass(ok).is_ok(), "{ok}");
+        }
+        for (bad, host) in [
+            ("CONNECT github.com:443 HTTP/1.1\r\n\r\n", "github.com"),
+            (
+                "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n",
+                "169.254.169.254",
+            ),
+            (
+                "GET http://evil.example/ HTTP/1.1\r\nHost: api.github.com\r\n\r\n",
+                "evil.example",
+            ),
+            (
+                "GET http://api.github.com/ HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+                "evil.example",
+            ),
+            (
+                "CONNECT api.github.com:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+                "evil.example",
+            ),
+            (
+                "GET http://u@api.github.com/ HTTP/1.1\r\n\r\n",
+                "http://u@api.github.com/",
+            ),
+        ] {
+            assert_eq!(pass(bad), Err(HeadError::NotAllowed(host.into())), "{bad}");
+        }
     }
 
     #[test]

@@ -112,6 +112,10 @@ pub struct EnvConfig {
     /// [`EnvConfig::network_for`]).
     #[serde(default)]
     pub network: Option<super::network::Network>,
+    /// In network `proxy`, the only destination hosts a call may ask the
+    /// proxy for (exact names and `*.suffix`); all, if absent.
+    #[serde(default)]
+    pub proxy_allow_hosts: Option<super::network::AllowHosts>,
     /// Settings for Bedrock agents.
     #[serde(default)]
     pub bedrock: Option<BedrockSettings>,

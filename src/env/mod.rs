@@ -18,5 +18,5 @@ pub use builder::{
     sanitize_proxy, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv, TurnCredential,
 };
 pub use name::valid_env_name;
-pub use network::{Network, ProxyUpstream, CALL_PROXY_ADDR};
+pub use network::{AllowHosts, Network, ProxyUpstream, CALL_PROXY_ADDR};
 pub use provider::{Provider, ProviderSpec};

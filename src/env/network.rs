@@ -67,12 +67,70 @@ impl FromStr for Network {
     }
 }
 
-/// The configured proxy as the worker reaches it: where, and the
-/// `Proxy-Authorization` value it adds when the URL carries a user.
+/// The destination hosts a call of network `proxy` may ask the proxy for
+/// (the worker's end checks the `CONNECT` target, and the target and every
+/// `Host` of a plain request): exact names and `*.suffix` (any name below
+/// the suffix, not the suffix itself). Names compare without case and
+/// without a trailing dot; an IP address matches only itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Vec<String>")]
+pub struct AllowHosts(Vec<String>);
+
+fn normal_host(host: &str) -> String {
+    let host = host.trim_end_matches('.');
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.to_ascii_lowercase()
+}
+
+impl TryFrom<Vec<String>> for AllowHosts {
+    type Error = String;
+
+    fn try_from(list: Vec<String>) -> Result<Self, String> {
+        let mut out = Vec::with_capacity(list.len());
+        for entry in list {
+            let name = entry.strip_prefix("*.").unwrap_or(&entry);
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+                && !name.contains('*');
+            if !ok {
+                return Err(format!(
+                    "allow_hosts entry {entry:?} is not a host name, an address or *.suffix"
+                ));
+            }
+            let prefix = if entry.starts_with("*.") { "*." } else { "" };
+            out.push(format!("{prefix}{}", normal_host(name)));
+        }
+        Ok(Self(out))
+    }
+}
+
+impl AllowHosts {
+    /// Whether `host` (a name or address, as a request names it) is allowed.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = normal_host(host);
+        self.0.iter().any(|entry| match entry.strip_prefix("*.") {
+            Some(suffix) => host
+                .strip_suffix(suffix)
+                .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.')),
+            None => *entry == host,
+        })
+    }
+}
+
+/// The configured proxy as the worker reaches it: where, the
+/// `Proxy-Authorization` value it adds when the URL carries a user, and the
+/// destinations it lets a call ask for.
 #[derive(Clone)]
 pub struct ProxyUpstream {
     /// `host:port` of the proxy (port 80 when the URL names none).
     pub address: String,
+    /// If set, the only destination hosts a call may ask for.
+    pub allow_hosts: Option<AllowHosts>,
     /// `Basic base64(user:password)`, percent-decoded first, if any.
     authorization: Option<Zeroizing<String>>,
 }
@@ -115,6 +173,7 @@ impl ProxyUpstream {
         };
         Ok(Self {
             address: format!("{host}:{port}"),
+            allow_hosts: None,
             authorization,
         })
     }
@@ -129,6 +188,7 @@ impl fmt::Debug for ProxyUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProxyUpstream")
             .field("address", &self.address)
+            .field("allow_hosts", &self.allow_hosts)
             .field("authorization", &self.authorization.as_ref().map(|_| "…"))
             .finish()
     }
@@ -162,6 +222,47 @@ mod tests {
             "http://u:%ff@p",
         ] {
             assert!(ProxyUpstream::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_are_exact_names_or_names_below_a_suffix() {
+        let allow: AllowHosts = serde_json::from_str(
+            r#"["api.github.com", "*.pypi.org", "10.0.0.7", "[::1]", "Example.COM."]"#,
+        )
+        .unwrap();
+        for host in [
+            "api.github.com",
+            "API.GitHub.com.",
+            "files.pypi.org",
+            "a.b.pypi.org",
+            "10.0.0.7",
+            "[::1]",
+            "::1",
+            "example.com",
+        ] {
+            assert!(allow.allows(host), "{host}");
+        }
+        for host in [
+            "github.com",
+            "xapi.github.com",
+            "pypi.org",
+            "evilpypi.org",
+            "pypi.org.evil",
+            "10.0.0.70",
+            "169.254.169.254",
+            "",
+        ] {
+            assert!(!allow.allows(host), "{host}");
+        }
+        for bad in [
+            r#"["*"]"#,
+            r#"["*.*.org"]"#,
+            r#"["a b"]"#,
+            r#"[""]"#,
+            r#"["x/y"]"#,
+        ] {
+            assert!(serde_json::from_str::<AllowHosts>(bad).is_err(), "{bad}");
         }
     }
 
