@@ -92,30 +92,51 @@ fn the_tool_sees_exactly_the_built_environment_for_each_provider() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("env.json");
     std::fs::write(&config, CONFIG).unwrap();
+    // It holds the proxy's password: root's and closed to others, or refused.
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let config = config.to_str().unwrap();
     let home = u.home().display().to_string();
 
     // No config, no provider: the base seven and nothing of the worker's.
     assert_eq!(tool_env(&u, &[]), sorted(base(&u)));
 
-    // A proxy with a password: the password (and the user name) are gone.
+    // A proxy with a password, by default network proxy: the call's own
+    // end of it, and nothing of the proxy's address or credentials.
+    let mut behind = base(&u);
+    behind.extend(
+        [
+            "ALL_PROXY",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "all_proxy",
+            "http_proxy",
+            "https_proxy",
+        ]
+        .map(|name| format!("{name}=http://127.0.0.1:3128")),
+    );
+    behind.extend(["NO_PROXY", "no_proxy"].map(|name| format!("{name}=localhost,127.0.0.1,::1")));
+    assert_eq!(tool_env(&u, &["--env-config", config]), sorted(behind));
+
+    // On the host's network: the proxy's own address, with the password
+    // (and the user name) gone.
+    let config_host = ["--env-config", config, "--network", "host"];
     let mut want = base(&u);
     want.extend(PROXY.map(String::from));
-    assert_eq!(
-        tool_env(&u, &["--env-config", config]),
-        sorted(want.clone())
-    );
+    assert_eq!(tool_env(&u, &config_host), sorted(want.clone()));
 
     // OpenAI: its login folder in the home, and no AWS_* at all although
     // the worker has AWS variables and a Bedrock config.
     let mut openai = want.clone();
     openai.push(format!("CODEX_HOME={home}/.codex"));
-    let got = tool_env(&u, &["--env-config", config, "--provider", "openai"]);
+    let got = tool_env(&u, &[&config_host[..], &["--provider", "openai"]].concat());
     assert_eq!(got, sorted(openai));
 
     let mut anthropic = want.clone();
     anthropic.push(format!("CLAUDE_CONFIG_DIR={home}/.claude"));
-    let got = tool_env(&u, &["--env-config", config, "--provider", "anthropic"]);
+    let got = tool_env(
+        &u,
+        &[&config_host[..], &["--provider", "anthropic"]].concat(),
+    );
     assert_eq!(got, sorted(anthropic));
 
     // Bedrock: the configured inference-only settings, never the worker's.
@@ -128,9 +149,9 @@ fn the_tool_sees_exactly_the_built_environment_for_each_provider() {
         "AWS_ACCESS_KEY_ID=AKIAINFERENCEONLY".into(),
         "AWS_SECRET_ACCESS_KEY=configured-inference-secret".into(),
     ]);
-    let got = tool_env(&u, &["--env-config", config, "--provider", "bedrock"]);
+    let got = tool_env(&u, &[&config_host[..], &["--provider", "bedrock"]].concat());
     assert_eq!(got, sorted(bedrock));
-    for line in tool_env(&u, &["--env-config", config, "--provider", "bedrock"]) {
+    for line in tool_env(&u, &[&config_host[..], &["--provider", "bedrock"]].concat()) {
         assert!(
             !line.contains("canary"),
             "a canary reached the tool: {line}"
