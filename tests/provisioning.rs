@@ -58,11 +58,18 @@ fn every_command_round_trip() {
     assert_eq!(o.stdout, b"s3cret\n");
     let o = tono(&["list", "--user", n, "--json"], b"");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v[0]["name"], "db.password");
-    assert!(v[0]["sealed_bytes"].as_u64().unwrap() > 100);
+    assert_eq!(v["identity"]["state"], "ok", "{v}");
+    assert_eq!(v["secrets"][0]["name"], "db.password");
+    assert_eq!(v["secrets"][0]["state"], "ok");
+    assert!(v["secrets"][0]["bytes"].as_u64().unwrap() > 100);
     assert!(!stdout(&o).contains("s3cret"), "list never shows values");
     let o = tono(&["list", "--user", n], b"");
-    assert_eq!(stdout(&o), "db.password\n");
+    let names: Vec<String> = stdout(&o)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(names, ["identity ok", "db.password ok"], "{}", stdout(&o));
     let o = tono(&["rotate", "--user", n, "--json"], b"");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -382,4 +389,73 @@ fn rotate_killed_at_many_points_never_loses_a_secret() {
     let ids = u.sh("grep -c AGE-SECRET-KEY .tono/identity");
     assert_eq!(stdout(&ids).trim(), "1", "a finished rotate leaves one key");
     eprintln!("rotate: {killed}/40 runs killed mid-way; every secret opened after each");
+}
+
+#[test]
+fn list_marks_each_entry_ok_weak_or_unreadable_for_one_user_or_all() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("fine", b"value-fine");
+    u.seal("open", b"value-open");
+    u.seal("other", b"value-other");
+    // As the user (as an operator or a tool might): one file readable by
+    // all, and one replaced by a seal to another key (age -r).
+    let other = TestUser::with_key();
+    let recipient = stdout(&tono(&["recipient", "--user", other.name()], b""));
+    let o = u.sh(&format!(
+        "chmod 0644 .tono/secrets/open.age && printf foreign | age -r {} > .tono/secrets/other.age",
+        recipient.trim()
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tono(&["list", "--user", u.name(), "--json"], b"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let state = |name: &str| {
+        let e = v["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap();
+        (
+            e["state"].as_str().unwrap().to_owned(),
+            e["reasons"].clone(),
+        )
+    };
+    assert_eq!(state("fine").0, "ok", "{v}");
+    assert_eq!(state("open").0, "weak", "{v}");
+    assert_eq!(state("open").1[0], "mode 0644: group or others have access");
+    assert_eq!(state("other").0, "unreadable", "{v}");
+    for value in ["value-fine", "value-open", "foreign"] {
+        assert!(!stdout(&o).contains(value), "no value is shown");
+    }
+    // --all: every store of a user a worker may run as, each read as its
+    // user; both test users are there with what `list --user` said.
+    let o = tono(&["list", "--all", "--json"], b"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let of = |name: &str| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["user"] == name)
+            .cloned()
+    };
+    assert_eq!(of(u.name()).unwrap()["store"], v, "{all}");
+    assert_eq!(
+        of(other.name()).unwrap()["store"]["identity"]["state"],
+        "ok"
+    );
+    // A user without a store is left out.
+    let bare = TestUser::bare();
+    let o = tono(&["list", "--all", "--json"], b"");
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["user"] != bare.name()),
+        "{all}"
+    );
+    assert_eq!(code(&tono(&["list", "--all", "--user", u.name()], b"")), 2);
 }

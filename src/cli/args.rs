@@ -272,10 +272,23 @@ pub enum Command {
         #[command(flatten)]
         audit: AuditArg,
     },
-    /// List a user's secret names (never values).
+    /// List a user's identity and secrets, each marked ok, weak (group or
+    /// other bits, a foreign owner, a symlink, over the size cap, an
+    /// identity with a key left from a rotation) or unreadable (the
+    /// identity cannot open it); never a value.
     List {
-        #[command(flatten)]
-        user: UserArg,
+        /// The user: a login name or #UID (never root).
+        #[arg(
+            long,
+            short = 'u',
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        user: Option<String>,
+        /// Every user a worker may run as that has a store, each inspected
+        /// as itself through the launcher (no receipts).
+        #[arg(long, conflicts_with = "audit")]
+        all: bool,
         #[command(flatten)]
         json: JsonArg,
         #[command(flatten)]

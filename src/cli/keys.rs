@@ -92,9 +92,87 @@ fn import_text(v: &Value, user: &TargetUser) {
 }
 
 fn list_text(v: &Value, _: &TargetUser) {
-    for item in v.as_array().into_iter().flatten() {
-        println!("{}", item["name"].as_str().unwrap_or_default());
+    health_lines(v);
+}
+
+/// The health table: one line for the identity, one per secret.
+fn health_lines(v: &Value) {
+    let line = |e: &Value| {
+        let reasons: Vec<&str> = e["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        println!(
+            "{:<32} {:<10} {:>8}  {}",
+            e["name"].as_str().unwrap_or_default(),
+            e["state"].as_str().unwrap_or_default(),
+            e["bytes"],
+            reasons.join("; ")
+        );
+    };
+    println!("{:<32} {:<10} {:>8}  why", "entry", "state", "bytes");
+    line(&v["identity"]);
+    for secret in v["secrets"].as_array().into_iter().flatten() {
+        line(secret);
     }
+}
+
+/// `list --all`: the health of every store of a user a worker may run as,
+/// each read as its user; users without a store (or a home) are left out.
+/// Exit 0; the states are in what is printed.
+pub(super) async fn list_all(launcher: &Launcher, json: bool) -> Result<i32, CliError> {
+    let users = TargetUser::all().map_err(CliError::from)?;
+    let range = crate::user::AllottedRange::default();
+    let mut stores = Vec::new();
+    for user in users {
+        if crate::user::check_worker_target(&user, &range).is_err() {
+            continue;
+        }
+        let done = keys_op(
+            launcher,
+            &user,
+            KeysOp::List,
+            Input::Null,
+            Output::Capture(64 * 1024),
+        )
+        .await;
+        let entry = match done {
+            Ok(health) => {
+                serde_json::json!({ "user": user.name, "uid": user.uid, "store": health })
+            }
+            Err(e)
+                if matches!(
+                    e.launch_code.as_deref(),
+                    Some("identity_missing" | "home_missing")
+                ) =>
+            {
+                continue
+            }
+            Err(e) => serde_json::json!({ "user": user.name, "uid": user.uid, "error": e.message }),
+        };
+        stores.push(entry);
+    }
+    if json {
+        print_json(&Value::Array(stores))?;
+        return Ok(exit::OK);
+    }
+    for entry in &stores {
+        println!(
+            "{} (uid {})",
+            entry["user"].as_str().unwrap_or_default(),
+            entry["uid"]
+        );
+        match entry.get("store") {
+            Some(health) => health_lines(health),
+            None => println!(
+                "  could not be read: {}",
+                entry["error"].as_str().unwrap_or_default()
+            ),
+        }
+    }
+    Ok(exit::OK)
 }
 
 fn remove_text(v: &Value, _: &TargetUser) {
@@ -174,7 +252,15 @@ fn keys_request(command: Command) -> Result<KeysRequest, CliError> {
                 ..request(user, audit, op, Input::Inherit, json, import_text)
             }
         }
-        Command::List { user, json, audit } => {
+        Command::List {
+            user,
+            all: _,
+            json,
+            audit,
+        } => {
+            let user = UserArg {
+                user: user.unwrap_or_default(),
+            };
             request(user, audit, KeysOp::List, Input::Null, json, list_text)
         }
         Command::Remove {

@@ -123,7 +123,12 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         | Command::List { .. }
         | Command::Remove { .. }
         | Command::Rotate { .. }
-        | Command::Reveal { .. } => keys::command(command, launcher).await,
+        | Command::Reveal { .. } => match command {
+            Command::List {
+                all: true, json, ..
+            } => keys::list_all(launcher, json.json).await,
+            command => keys::command(command, launcher).await,
+        },
         Command::Run { .. } | Command::Call { .. } => call::command(command, launcher).await,
         Command::Serve {
             stdio: _,

@@ -15,12 +15,14 @@
 
 pub mod atomic;
 pub mod error;
+pub mod health;
 pub mod identity;
 pub mod name;
 pub mod seal;
 pub mod store;
 
 pub use error::KeysError;
+pub use health::{EntryHealth, State, StoreHealth};
 pub use identity::IdentitySet;
 pub use name::SecretName;
 pub use store::{KeyStore, SecretInfo};

@@ -83,7 +83,7 @@ pub fn keys(store: &KeyStore, op: &KeysOp) -> Result<Value, LaunchError> {
             store.import(&n, &sealed).map_err(op_error)?;
             Ok(json!({ "imported": n.as_str(), "sealed_bytes": sealed.len() }))
         }
-        KeysOp::List => Ok(to_json(&store.list().map_err(op_error)?)),
+        KeysOp::List => Ok(to_json(&store.health().map_err(op_error)?)),
         KeysOp::Remove { name: n } => {
             let n = name(n)?;
             store.remove(&n).map_err(op_error)?;

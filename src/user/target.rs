@@ -188,40 +188,75 @@ impl TargetUser {
             UserSpec::Uid(u) => format!("#{u}"),
         };
         for line in text.lines() {
-            let fields: Vec<&str> = line.split(':').collect();
-            if fields.len() != 7 {
-                continue;
-            }
-            let (Ok(uid), Ok(gid)) = (fields[2].parse::<u32>(), fields[3].parse::<u32>()) else {
+            let Some((name, uid, gid, fields)) = passwd_fields(line) else {
                 continue;
             };
             let hit = match spec {
-                UserSpec::Name(n) => fields[0] == n,
+                UserSpec::Name(n) => name == n,
                 UserSpec::Uid(u) => uid == *u,
             };
-            if !hit {
-                continue;
+            if hit {
+                return Self::from_entry(&shown, name, uid, gid, &fields);
             }
-            if uid == 0 || gid == 0 {
-                return Err(UserError::Root(shown));
-            }
-            let home = PathBuf::from(fields[5]);
-            if !home.is_absolute() || home == Path::new("/") {
-                return Err(UserError::BadEntry {
-                    name: fields[0].to_owned(),
-                    reason: "its home is not an absolute path below /",
-                });
-            }
-            return Ok(Self {
-                name: fields[0].to_owned(),
-                uid,
-                gid,
-                home,
-                shell: PathBuf::from(fields[6]),
-            });
         }
         Err(UserError::Unknown(shown))
     }
+
+    /// Every usable entry of passwd-format `text` (root and entries with a
+    /// bad home left out), in file order.
+    pub fn all_in(text: &str) -> Vec<Self> {
+        text.lines()
+            .filter_map(passwd_fields)
+            .filter_map(|(name, uid, gid, fields)| {
+                Self::from_entry(name, name, uid, gid, &fields).ok()
+            })
+            .collect()
+    }
+
+    /// Every usable entry of the local passwd file.
+    pub fn all() -> Result<Vec<Self>, UserError> {
+        let text =
+            std::fs::read_to_string(PASSWD_PATH).map_err(|e| UserError::Passwd(e.to_string()))?;
+        Ok(Self::all_in(&text))
+    }
+
+    fn from_entry(
+        shown: &str,
+        name: &str,
+        uid: u32,
+        gid: u32,
+        fields: &[&str],
+    ) -> Result<Self, UserError> {
+        if uid == 0 || gid == 0 {
+            return Err(UserError::Root(shown.to_owned()));
+        }
+        let home = PathBuf::from(fields[5]);
+        if !home.is_absolute() || home == Path::new("/") {
+            return Err(UserError::BadEntry {
+                name: name.to_owned(),
+                reason: "its home is not an absolute path below /",
+            });
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            uid,
+            gid,
+            home,
+            shell: PathBuf::from(fields[6]),
+        })
+    }
+}
+
+/// A passwd line's name, uid, gid and seven fields, if it has that shape.
+fn passwd_fields(line: &str) -> Option<(&str, u32, u32, Vec<&str>)> {
+    let fields: Vec<&str> = line.split(':').collect();
+    if fields.len() != 7 {
+        return None;
+    }
+    let (Ok(uid), Ok(gid)) = (fields[2].parse::<u32>(), fields[3].parse::<u32>()) else {
+        return None;
+    };
+    Some((fields[0], uid, gid, fields))
 }
 
 #[cfg(test)]
@@ -232,6 +267,17 @@ mod tests {
         alice:x:61001:61001::/home/alice:/bin/sh\n\
         wheel:x:61002:0::/home/wheel:/bin/sh\n\
         rel:x:61003:61003::home/rel:/bin/sh\n";
+
+    #[test]
+    fn all_lists_every_usable_entry_and_leaves_out_root_and_bad_homes() {
+        let all = TargetUser::all_in(PASSWD);
+        let names: Vec<&str> = all.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["alice"]);
+        assert_eq!(
+            all[0],
+            TargetUser::lookup_in(PASSWD, &UserSpec::Name("alice".into())).unwrap()
+        );
+    }
 
     #[test]
     fn refuses_dangerous_uid_spellings_before_lookup() {
