@@ -453,6 +453,14 @@ pub enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// Write the manual page and shell completions, generated from these
+    /// very definitions, into a folder (for packaging).
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The folder: `man/tono-seal.1` and `completions/` go below it.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// `policy` subcommands.

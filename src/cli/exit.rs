@@ -24,6 +24,19 @@ pub const LAUNCH_REFUSED: i32 = 7;
 /// The user has no usable identity (missing or malformed).
 pub const IDENTITY_UNUSABLE: i32 = 8;
 
+/// Every exit code with what it means, for the manual page.
+pub const EXIT_CODES: &[(i32, &str)] = &[
+    (OK, "success (for `verify`: every probe passed)"),
+    (FAILED, "the operation failed (for `verify`: a probe failed or was inconclusive)"),
+    (USAGE, "usage error: bad arguments, an invalid or root target, a bad name, an unusable config"),
+    (USER_UNKNOWN, "the user is unknown"),
+    (IDENTITY_INSECURE, "the user's identity is insecure (a symlink, another owner, group or other bits, not a file, too large)"),
+    (SECRET_MISSING, "the named secret does not exist"),
+    (SECRET_CORRUPT, "the secret (or an imported file) exists but does not open"),
+    (LAUNCH_REFUSED, "the launch was refused: the plan disagreed with passwd, or the drop did not hold"),
+    (IDENTITY_UNUSABLE, "the user has no usable identity (missing or malformed)"),
+];
+
 /// A CLI failure: a message for stderr and an exit code.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]

@@ -15,6 +15,7 @@ pub mod classify;
 pub mod demo;
 pub mod exit;
 pub mod keys;
+pub mod manual;
 pub mod mcp;
 pub mod memscan;
 pub mod serve;
@@ -54,6 +55,10 @@ fn harden_worker() {
 /// Runs the parsed command line; returns the process exit code.
 pub fn main(cli: Cli) -> i32 {
     harden_worker();
+    // Packaging: nothing to launch, no root needed.
+    if let Command::GenerateDocs { out } = &cli.command {
+        return manual::generate(out).unwrap_or_else(fail);
+    }
     if nix::unistd::geteuid().is_root() {
         // Calls of workers that were SIGKILLed: their cgroups still hold
         // whatever escaped; nothing else can end them.
@@ -67,7 +72,7 @@ pub fn main(cli: Cli) -> i32 {
     }
     let launcher = match &cli.launcher {
         Some(p) => Launcher::at(p),
-        None => match Launcher::beside_current_exe() {
+        None => match Launcher::installed() {
             Ok(l) => l,
             Err(e) => {
                 return fail(CliError::new(
@@ -182,5 +187,6 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         Command::Demo => demo::demo(launcher).await,
         Command::Verify { .. } => verify::command(command, launcher).await,
         Command::Classify { .. } | Command::Policy { .. } => classify::command(command),
+        Command::GenerateDocs { out } => manual::generate(&out),
     }
 }

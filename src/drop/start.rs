@@ -20,6 +20,9 @@ use crate::fs::root_path::check_root_path;
 use crate::launch::report::{LaunchError, Stage};
 use crate::sys;
 
+/// Where the Debian package installs the launcher.
+pub const LIBEXEC_LAUNCHER: &str = "/usr/libexec/tono-seal/tono-launch";
+
 /// Where the launcher binary is.
 #[derive(Debug, Clone)]
 pub struct Launcher {
@@ -44,8 +47,19 @@ impl Launcher {
         self
     }
 
-    /// `tono-launch` in the same folder as the running program: how an
-    /// installed `tono-seal` finds it.
+    /// Where a `tono-seal` under `/usr` finds its launcher first (the
+    /// Debian package's layout): [`LIBEXEC_LAUNCHER`], if it is there;
+    /// otherwise, and for a `tono-seal` anywhere else (a build tree), the
+    /// one beside it ([`Launcher::beside_current_exe`]).
+    pub fn installed() -> io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        if exe.starts_with("/usr") && Path::new(LIBEXEC_LAUNCHER).exists() {
+            return Ok(Self::at(LIBEXEC_LAUNCHER));
+        }
+        Self::beside_current_exe()
+    }
+
+    /// `tono-launch` in the same folder as the running program.
     pub fn beside_current_exe() -> io::Result<Self> {
         let exe = std::env::current_exe()?;
         let dir = exe
