@@ -842,13 +842,23 @@ fn the_cli_run_passes_the_exit_code_and_serve_survives_garbage() {
 #[test]
 fn the_worker_has_no_core_file_limit_above_zero() {
     need_root!();
+    use std::io::{BufRead, Write};
     let mut worker = std::process::Command::new(common::tono_bin())
         .args(["serve", "--stdio"])
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Ready when it has answered a line (its limits are set before it
+    // reads any): an event, not a sleep.
+    let mut stdin = worker.stdin.take().unwrap();
+    stdin.write_all(b"not a request\n").unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(worker.stdout.take().unwrap())
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(answer.contains("request_invalid"), "{answer}");
+    worker.stdin = Some(stdin);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", worker.id())).unwrap();
     let core = limits
         .lines()
