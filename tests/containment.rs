@@ -174,30 +174,85 @@ fn a_thousand_calls_leave_no_cgroup_behind() {
     assert_eq!(cgroups_left(&names), Vec::<String>::new());
 }
 
+/// The probe a call runs on its own cgroups: paths from `/proc/self/cgroup`
+/// and the mount table (whatever the host's layout), each attempt printed
+/// as `name path ok`, `name path errno N`, or `name path missing` when
+/// the path (or the folder to make in) is not there — so a denial is shown
+/// on a path that exists.
+const CGROUP_PROBE: &str = r#"exec perl -e '
+use POSIX qw(EEXIST);
+my (%mount, %mine);
+open my $mi, "<", "/proc/self/mountinfo" or die;
+while (<$mi>) {
+  my @f = split / /; my ($dash) = grep { $f[$_] eq "-" } 0..$#f;
+  my ($type, $opts) = ($f[$dash + 1], $f[$dash + 3]);
+  $mount{v2} = $f[4] if $type eq "cgroup2";
+  $mount{pids} = $f[4] if $type eq "cgroup" && $opts =~ /(^|,)pids(,|$)/;
+}
+open my $cg, "<", "/proc/self/cgroup" or die;
+while (<$cg>) { chomp; my ($id, $c, $p) = split /:/, $_, 3; $mine{v2} = $p if $c eq ""; $mine{pids} = $p if $c eq "pids"; }
+sub try { my ($name, $path, $ok) = @_; print "$name $path ", ($ok ? "ok" : "errno " . ($!+0)), "\n" }
+sub put { my ($name, $path, $text) = @_; return print "$name $path missing\n" unless -e $path; my $fh; my $ok = open($fh, ">", $path) && print($fh $text) && close($fh); try($name, $path, $ok) }
+sub make { my ($name, $path) = @_; (my $in = $path) =~ s{/[^/]*$}{}; return print "$name $path missing\n" unless -d $in; try($name, $path, mkdir($path)) }
+for my $kind ("v2", "pids") {
+  next unless $mount{$kind} && defined $mine{$kind};
+  my ($m, $p) = ($mount{$kind}, $mine{$kind}); (my $parent = $p) =~ s{/[^/]*$}{};
+  put("$kind-own", "$m$p/cgroup.procs", "$$\n");
+  put("$kind-root", "$m/cgroup.procs", "$$\n");
+  put("$kind-parent", "$m$parent/cgroup.procs", "$$\n");
+  make("$kind-mkdir", "$m$p/sub");
+  make("$kind-sibling", "$m$parent/x$$");
+  put("$kind-limit", "$m$p/pids.max", "100000\n") if $kind eq "pids" || -e "$m$p/pids.max";
+}'"#;
+
 #[test]
 fn the_user_cannot_leave_or_make_cgroups() {
     need_root!();
     let u = TestUser::with_key();
-    let out = rt().block_on(shell(
-        &u.user,
-        "me=$(sed -n 's/^0:://p' /proc/self/cgroup); d=/sys/fs/cgroup/unified$me; \
-         echo $$ > $d/cgroup.procs 2>/dev/null; echo own=$?; \
-         echo $$ > /sys/fs/cgroup/unified/cgroup.procs 2>/dev/null; echo root=$?; \
-         echo $$ > $(dirname $d)/cgroup.procs 2>/dev/null; echo parent=$?; \
-         mkdir $d/sub 2>/dev/null; echo mk=$?; mkdir /sys/fs/cgroup/unified/tono/x 2>/dev/null; echo mkbase=$?; \
-         pd=$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); echo $$ > /sys/fs/cgroup/pids/cgroup.procs 2>/dev/null; echo pidsroot=$?; \
-         echo 100000 > /sys/fs/cgroup/pids$pd/pids.max 2>/dev/null; echo pidsmax=$?",
-        Duration::from_secs(10),
-    ));
-    for probe in [
-        "own", "root", "parent", "mk", "mkbase", "pidsroot", "pidsmax",
-    ] {
+    let out = rt().block_on(shell(&u.user, CGROUP_PROBE, Duration::from_secs(10)));
+    let lines: Vec<(&str, &str, &str)> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            Some((f.next()?, f.next()?, f.next()?))
+        })
+        .collect();
+    assert!(
+        lines.iter().any(|(name, ..)| name.ends_with("-own")),
+        "the call found its own cgroup on this host: {out:?}"
+    );
+    let denied = [
+        format!("errno {}", libc::EACCES),
+        format!("errno {}", libc::EPERM),
+    ];
+    for (name, path, said) in &lines {
+        // A denial is EACCES or EPERM; ENOENT (a path not on this host)
+        // or anything else proves nothing and fails.
         assert!(
-            out.stdout.contains(&format!("{probe}=1"))
-                || out.stdout.contains(&format!("{probe}=2")),
-            "{probe}: {}",
+            denied.iter().any(|d| d == said),
+            "{name} {path}: {said}, not EACCES/EPERM: {}",
             out.stdout
         );
+    }
+    // Positive control: root makes the same kind of move on this host —
+    // a process of its own into the root cgroup of each hierarchy the call
+    // probed — and a folder beside the call's, removed at once.
+    for (name, path, _) in lines.iter().filter(|(n, ..)| n.ends_with("-root")) {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let moved = std::fs::write(path, sleeper.id().to_string());
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        moved.unwrap_or_else(|e| panic!("control {name}: root cannot write {path}: {e}"));
+    }
+    for (name, path, _) in lines.iter().filter(|(n, ..)| n.ends_with("-sibling")) {
+        let control = format!("{path}-root");
+        std::fs::create_dir(&control)
+            .unwrap_or_else(|e| panic!("control {name}: root cannot mkdir {control}: {e}"));
+        std::fs::remove_dir(&control).unwrap();
     }
 }
 

@@ -141,9 +141,19 @@ fn the_worker_holds_no_plaintext_and_logs_none() {
     let canary = format!("canary-{}", sha256_hex(&std::process::id().to_le_bytes()));
     u.seal("c", canary.as_bytes());
     let control = format!("control-{}", &sha256_hex(b"positive")[..24]);
+    // A second control on the heap: a value the worker parsed (its env
+    // config) and holds for its life.
+    let heap_control = format!("heap-control-{}", &sha256_hex(b"heap")[..24]);
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        json!({ "no_proxy": heap_control }).to_string(),
+    )
+    .unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut worker = std::process::Command::new(common::tono_bin())
-        .args(["serve", "--stdio"])
+        .args(["serve", "--stdio", "--env-config"])
+        .arg(config.path())
         .env_clear()
         .env("TONO_LOG", "trace")
         .env("TONO_TEST_CONTROL", &control)
@@ -183,19 +193,22 @@ fn the_worker_holds_no_plaintext_and_logs_none() {
         assert_eq!(v["outcome"]["masks"]["c"], 3, "{answer}");
         assert!(!answer.contains(&canary));
     }
-    let counts = tono_seal::cli::memscan::count_in_process(
+    let scan = tono_seal::cli::memscan::scan_process(
         worker.id(),
         &[
             canary.as_bytes(),
             b64.as_bytes(),
             hex.as_bytes(),
             control.as_bytes(),
+            heap_control.as_bytes(),
         ],
     )
     .unwrap();
+    let counts = &scan.counts;
+    assert!(scan.complete(), "the scan missed too much: {scan}");
     assert!(
-        counts[3] > 0,
-        "the positive control must be found, or the scan proves nothing"
+        counts[3] > 0 && counts[4] > 0,
+        "both positive controls (environment and heap) must be found, or the scan proves nothing: {counts:?}"
     );
     assert_eq!(
         counts[..3],

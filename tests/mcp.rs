@@ -317,8 +317,12 @@ fn the_policy_hides_tools_and_the_server_holds_no_plaintext() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.json");
     std::fs::write(&policy, r#"{"hide": ["delete_file", "write_file"]}"#).unwrap();
-    // A positive control: a string the server does hold (its environment).
+    // Positive controls: strings the server does hold — in its
+    // environment, and on its heap (a value it parsed from its env config).
     let control = format!("mcp-control-{}", std::process::id());
+    let heap_control = format!("mcp-heap-control-{}", std::process::id());
+    let config = dir.path().join("env.json");
+    std::fs::write(&config, json!({ "no_proxy": heap_control }).to_string()).unwrap();
     rt().block_on(async {
         let (client, _, pid) = connect_env(
             &[
@@ -328,6 +332,8 @@ fn the_policy_hides_tools_and_the_server_holds_no_plaintext() {
                 "c=CANARY",
                 "--policy",
                 policy.to_str().unwrap(),
+                "--env-config",
+                config.to_str().unwrap(),
             ],
             &[("MCP_TEST_CONTROL", &control)],
         )
@@ -355,14 +361,20 @@ fn the_policy_hides_tools_and_the_server_holds_no_plaintext() {
             .await;
             assert_eq!(text(&r).trim(), "ok");
         }
-        let hits = tono_seal::cli::memscan::count_in_process(
+        let scan = tono_seal::cli::memscan::scan_process(
             pid,
-            &[canary.as_bytes(), control.as_bytes()],
+            &[
+                canary.as_bytes(),
+                control.as_bytes(),
+                heap_control.as_bytes(),
+            ],
         )
         .expect("scan the server");
+        assert!(scan.complete(), "the scan missed too much: {scan}");
+        let hits = &scan.counts;
         assert!(
-            hits[1] > 0,
-            "the positive control must be found, or the scan proves nothing"
+            hits[1] > 0 && hits[2] > 0,
+            "both positive controls must be found, or the scan proves nothing: {hits:?}"
         );
         assert_eq!(hits[0], 0, "the MCP server's memory holds the plaintext");
         client.cancel().await.unwrap();

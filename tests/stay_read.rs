@@ -50,7 +50,11 @@ async fn serve(listener: tokio::net::TcpListener, port: u16) {
                 "/ok" => ok(b"hello from the test server"),
                 "/headers" => ok(head.to_ascii_lowercase().as_bytes()),
                 "/big" => ok(&vec![b'b'; 3 * 1024 * 1024]),
-                "/to-metadata" => redirect("http://169.254.169.254/latest/meta-data/".into()),
+                // On the test server's own port, which the test allows: only
+                // the address can refuse it.
+                "/to-metadata" => {
+                    redirect(format!("http://169.254.169.254:{port}/latest/meta-data/"))
+                }
                 "/to-rebind" => redirect(format!("http://rebind.example.com:{port}/ok")),
                 "/to-good" => redirect(format!("http://good.example.com:{port}/ok")),
                 "/to-same-headers" => redirect("/headers".into()),
@@ -134,12 +138,21 @@ fn the_read_tool_checks_every_hop_and_every_address() {
         .await
         .unwrap_err();
         assert!(matches!(e, FetchError::Refused(_)), "{e:?}");
-        // Redirects: to metadata, to a name that rebinds to 10/8, with userinfo: refused.
-        for path in ["/to-metadata", "/to-rebind", "/to-userinfo"] {
+        // Redirects: to metadata, to a name that rebinds to 10/8, with
+        // userinfo: each refused for its own reason (the port is the
+        // allowed one throughout).
+        for (path, code) in [
+            ("/to-metadata", "ip_not_public"),
+            ("/to-rebind", "ip_not_public"),
+            ("/to-userinfo", "userinfo_refused"),
+        ] {
             let e = get(format!("{base}{path}"), allowed.clone())
                 .await
                 .unwrap_err();
-            assert!(matches!(e, FetchError::Refused(_)), "{path}: {e:?}");
+            assert!(
+                matches!(e, FetchError::Refused(ref r) if r.code == code),
+                "{path}: {e:?}"
+            );
         }
         let hop = get(format!("{base}/to-good"), allowed.clone())
             .await

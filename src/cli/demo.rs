@@ -226,15 +226,19 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
         .map(|s| s.as_bytes())
         .chain([control.as_bytes()])
         .collect();
-    let counts = memscan::count_in_process(worker_pid, &needles)
+    let scan = memscan::scan_process(worker_pid, &needles)
         .map_err(|e| CliError::new(exit::FAILED, format!("scanning the worker's memory: {e}")))?;
+    let counts = &scan.counts;
     let control_hits = counts[counts.len() - 1];
     let secret_hits: usize = counts[..counts.len() - 1].iter().sum();
     rows.push(Row {
         property: "the worker's memory holds neither secret".into(),
         who: "root (worker)".into(),
-        evidence: format!("{secret_hits} hits; control found {control_hits}x"),
-        held: secret_hits == 0 && control_hits > 0,
+        evidence: format!(
+            "{secret_hits} hits; control found {control_hits}x; read {}%",
+            scan.read_bytes * 100 / scan.readable_bytes.max(1)
+        ),
+        held: secret_hits == 0 && control_hits > 0 && scan.complete(),
     });
     drop(to_worker);
     let _ = worker.wait();
