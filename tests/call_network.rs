@@ -667,15 +667,7 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
     // Controls: each in the launcher started for it runs the program.
     for (network, net) in [(Network::None, true), (Network::Host, false)] {
         let report = common::launch_by_hand(&plan(network), own(net));
-        assert!(
-            matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
-            "{network}: {report:?}"
-        );
-        assert!(
-            std::path::Path::new(&marker).exists(),
-            "{network}: did not run"
-        );
-        std::fs::remove_file(&marker).unwrap();
+        common::assert_ran(&report, &marker, &network.to_string());
     }
 }
 

@@ -356,15 +356,7 @@ fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
     // Controls: each view in the launcher started for it runs the program.
     for (view, own) in [(View::Private, true), (View::Shared, false)] {
         let report = launch_by_hand(&touch(view), own);
-        assert!(
-            matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
-            "{view}: {report:?}"
-        );
-        assert!(
-            std::path::Path::new(&marker).exists(),
-            "{view}: did not run"
-        );
-        std::fs::remove_file(&marker).unwrap();
+        common::assert_ran(&report, &marker, &view.to_string());
     }
 }
 

@@ -429,3 +429,15 @@ pub fn launch_by_hand(
     tono_seal::sys::reap(started.pid).unwrap();
     tono_seal::launch::report::StatusReport::decode(&status)
 }
+
+/// A launch by hand that ran its program: it ended (or exec'd in place)
+/// and left `marker`, which is removed for the next one.
+pub fn assert_ran(report: &tono_seal::launch::report::StatusReport, marker: &str, what: &str) {
+    use tono_seal::launch::report::StatusReport;
+    assert!(
+        matches!(report, StatusReport::Ended(_) | StatusReport::Execed),
+        "{what}: {report:?}"
+    );
+    assert!(Path::new(marker).exists(), "{what}: did not run");
+    std::fs::remove_file(marker).unwrap();
+}
