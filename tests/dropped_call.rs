@@ -944,7 +944,15 @@ fn a_launcher_a_user_could_replace_is_refused_before_it_starts() {
         let folder = base.join(case.replace([' ', '\''], "-"));
         std::fs::create_dir(&folder).unwrap();
         let binary = folder.join("tono-launch");
-        std::fs::copy(common::launch_bin(), &binary).unwrap();
+        // Copied by `cp`, not by this process: a write descriptor of ours
+        // could be inherited by another test thread's child until its
+        // exec, and starting the copy would then fail with ETXTBSY.
+        let copied = std::process::Command::new("cp")
+            .arg(common::launch_bin())
+            .arg(&binary)
+            .status()
+            .unwrap();
+        assert!(copied.success());
         std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(file_mode)).unwrap();
         std::os::unix::fs::chown(&binary, Some(file_owner), None).unwrap();
         std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(folder_mode)).unwrap();
