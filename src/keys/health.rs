@@ -19,9 +19,7 @@ use std::os::unix::fs::MetadataExt;
 
 use serde::Serialize;
 
-use super::atomic::TEMP_PREFIX;
 use super::identity::{IdentitySet, MAX_IDENTITY_FILE_BYTES};
-use super::name::SecretName;
 use super::seal::MAX_SEALED_BYTES;
 use super::store::KeyStore;
 use super::KeysError;
@@ -165,28 +163,8 @@ impl KeyStore {
             Err(e) => Err(e.to_string()),
         };
         let identity = entry("identity", &meta, reasons, opened);
-        let dir = self.root().join(super::store::SECRETS_DIR);
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
-        .map_err(|e| KeysError::io("list secrets", &dir, e))?;
         let mut secrets = Vec::new();
-        for dirent in entries {
-            let file_name = dirent.file_name();
-            let Some(stem) = file_name
-                .to_str()
-                .filter(|n| !n.starts_with(TEMP_PREFIX))
-                .and_then(|n| n.strip_suffix(".age"))
-            else {
-                continue;
-            };
-            let Ok(name) = SecretName::parse(stem) else {
-                continue;
-            };
-            let meta = fs::symlink_metadata(dirent.path())
-                .map_err(|e| KeysError::io("stat secret", &dirent.path(), e))?;
+        for (name, meta) in self.sealed_entries()?.unwrap_or_default() {
             let reasons = weaknesses(&meta, MAX_SEALED_BYTES as u64);
             let opened = match &ids {
                 // The plaintext is wiped as it is dropped, here.
@@ -196,9 +174,8 @@ impl KeyStore {
                     .map_err(|e| e.to_string()),
                 Err(_) => Err("the identity cannot be used".to_owned()),
             };
-            secrets.push(entry(stem, &meta, reasons, opened));
+            secrets.push(entry(name.as_str(), &meta, reasons, opened));
         }
-        secrets.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(StoreHealth { identity, secrets })
     }
 }
@@ -206,6 +183,7 @@ impl KeyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::SecretName;
     use std::os::unix::fs::PermissionsExt;
 
     fn store() -> (tempfile::TempDir, KeyStore) {

@@ -349,45 +349,56 @@ impl KeyStore {
         self.unseal_with(name, &ids)
     }
 
-    /// The names of the sealed secrets, sorted; never their values.
-    pub fn list(&self) -> Result<Vec<SecretInfo>, KeysError> {
+    /// Every sealed secret's name with its `lstat`, sorted by name (no
+    /// temporary file, nothing that is not `NAME.age` with a valid name);
+    /// `None` when there is no secrets folder yet.
+    pub(super) fn sealed_entries(
+        &self,
+    ) -> Result<Option<Vec<(SecretName, fs::Metadata)>>, KeysError> {
         let dir = self.secrets_dir();
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A store with an identity but no secret yet is empty.
-                self.identities()?;
-                return Ok(Vec::new());
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(KeysError::io("list secrets", &dir, e)),
         };
         let mut out = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| KeysError::io("list secrets", &dir, e))?;
             let file_name = entry.file_name();
-            let Some(file_name) = file_name.to_str() else {
+            let Some(stem) = file_name
+                .to_str()
+                .filter(|n| !n.starts_with(TEMP_PREFIX))
+                .and_then(|n| n.strip_suffix(".age"))
+            else {
                 continue;
             };
-            if file_name.starts_with(TEMP_PREFIX) {
-                continue;
-            }
-            let Some(stem) = file_name.strip_suffix(".age") else {
+            let Ok(name) = SecretName::parse(stem) else {
                 continue;
             };
-            if SecretName::parse(stem).is_err() {
-                continue;
-            }
             let meta = entry
                 .metadata()
                 .map_err(|e| KeysError::io("stat secret", &entry.path(), e))?;
-            out.push(SecretInfo {
-                name: stem.to_owned(),
+            out.push((name, meta));
+        }
+        out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        Ok(Some(out))
+    }
+
+    /// The names of the sealed secrets, sorted; never their values.
+    pub fn list(&self) -> Result<Vec<SecretInfo>, KeysError> {
+        let Some(entries) = self.sealed_entries()? else {
+            // A store with an identity but no secret yet is empty.
+            self.identities()?;
+            return Ok(Vec::new());
+        };
+        Ok(entries
+            .into_iter()
+            .map(|(name, meta)| SecretInfo {
+                name: name.as_str().to_owned(),
                 sealed_bytes: meta.len(),
                 modified_unix: meta.mtime(),
-            });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+            })
+            .collect())
     }
 
     /// Removes `name`.
