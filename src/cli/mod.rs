@@ -82,11 +82,17 @@ pub fn main(cli: Cli) -> i32 {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // A command that serves many calls at once gets worker threads; one
+    // that makes one call (or a few, in turn) runs them on this thread
+    // and starts none it would not use.
+    let mut builder = if serves_many(&cli.command) {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             return fail(CliError::new(
@@ -105,6 +111,15 @@ pub fn main(cli: Cli) -> i32 {
     crate::drop::pool::drain();
     crate::contain::settle(crate::contain::EMPTY_TIMEOUT);
     code
+}
+
+/// Whether `command` serves calls that overlap (a worker, an MCP server,
+/// the demo's and verify's concurrent probes).
+fn serves_many(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Serve { .. } | Command::Mcp { .. } | Command::Demo | Command::Verify { .. }
+    )
 }
 
 fn fail(e: CliError) -> i32 {
