@@ -451,6 +451,10 @@ fn exec_program(
 }
 
 /// `NAME=value\0` for a secret, built in one allocation that is wiped.
+/// The most bytes one `NAME=value` string may have, its NUL included, for
+/// `execve` to take it: Linux's MAX_ARG_STRLEN (32 pages of 4 KiB).
+const MAX_ENV_STRING_BYTES: usize = 32 * 4096;
+
 fn secret_entry(
     env: &str,
     value: &[u8],
@@ -463,7 +467,21 @@ fn secret_entry(
             format!("secret {name} holds a NUL byte and cannot be put in an environment variable"),
         ));
     }
-    let mut bytes = Vec::with_capacity(env.len() + value.len() + 2);
+    // Linux refuses an `execve` with any one string over MAX_ARG_STRLEN
+    // (E2BIG): say which secret, before the program is looked for.
+    let len = env.len() + 1 + value.len() + 1;
+    if len > MAX_ENV_STRING_BYTES {
+        return Err(LaunchError::new(
+            Stage::Unseal,
+            "secret_too_large_for_env",
+            format!(
+                "secret {name} has {} bytes; an environment variable holds at most {} (Linux's MAX_ARG_STRLEN, for {env}=value)",
+                value.len(),
+                MAX_ENV_STRING_BYTES - env.len() - 2
+            ),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len);
     bytes.extend_from_slice(env.as_bytes());
     bytes.push(b'=');
     bytes.extend_from_slice(value);
@@ -506,4 +524,27 @@ fn find_program(argv0: &str, env: &[(String, String)]) -> Result<CString, Launch
     Err(not_found(format!(
         "{argv0:?} is not an executable in PATH {path}"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_entry_over_what_execve_takes_is_refused_by_name() {
+        let name = SecretName::parse("big").unwrap();
+        let fits = vec![b'x'; MAX_ENV_STRING_BYTES - "BIG=".len() - 1];
+        let entry = secret_entry("BIG", &fits, &name).unwrap();
+        assert_eq!(entry.as_bytes_with_nul().len(), MAX_ENV_STRING_BYTES);
+        let over = vec![b'x'; fits.len() + 1];
+        let e = secret_entry("BIG", &over, &name).unwrap_err();
+        assert_eq!(e.code, "secret_too_large_for_env");
+        assert!(
+            e.message.contains("secret big has 131068 bytes"),
+            "{}",
+            e.message
+        );
+        let e = secret_entry("BIG", b"a\0b", &name).unwrap_err();
+        assert_eq!(e.code, "secret_has_nul");
+    }
 }
