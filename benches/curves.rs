@@ -13,12 +13,11 @@
 //! no shell) to `/etc/passwd` and puts the file back as it was.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 mod common;
 
-use common::{bin, provision};
+use common::{bin, provision, quiet, setpriv_to, tono};
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::{drop_and_run, DropRequest, Launcher, RunOptions, SecretGrant};
@@ -50,14 +49,6 @@ const SIZES: [(usize, &str); 5] = [
 /// A point of a curve: its label and one call at it.
 type Point<'a> = (String, Box<dyn Fn() + 'a>);
 
-fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn percentile(us: &[f64], q: f64) -> f64 {
     let mut us = us.to_vec();
     us.sort_by(|a, b| a.total_cmp(b));
@@ -74,20 +65,6 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
-/// `tono-seal ARGS` with `input` on stdin; panics unless it succeeds.
-fn tono(args: &[&str], input: &[u8]) {
-    use std::io::Write;
-    let mut c = Command::new(bin("tono-seal"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    c.stdin.take().unwrap().write_all(input).unwrap();
-    assert!(c.wait().unwrap().success(), "tono-seal {args:?}");
-}
-
 /// A user of the bench's own, made fresh, with `a`, `b`, `c` sealed.
 fn bench_user(uid: u32) -> TargetUser {
     let name = format!("tonotest{uid}");
@@ -99,19 +76,8 @@ fn bench_user(uid: u32) -> TargetUser {
 
 /// Runs `sh -c script` as `user`.
 fn as_user(user: &TargetUser, script: &str) {
-    let id = user.uid.to_string();
     assert!(
-        quiet(Command::new("setpriv").args([
-            "--reuid",
-            &id,
-            "--regid",
-            &id,
-            "--clear-groups",
-            "--",
-            "sh",
-            "-c",
-            script
-        ])),
+        quiet(setpriv_to(user.uid).args(["--", "sh", "-c", script])),
         "{script}"
     );
 }
@@ -131,6 +97,22 @@ impl Worker {
         self.rt
             .block_on(call_as(&self.launcher, &self.policy, &user, secrets))
     }
+
+    /// A point of a per-call curve: one call as `who` with `secrets`,
+    /// which must run (or, if `refusable`, may be refused).
+    fn point(&self, label: String, who: &str, secrets: Vec<String>, refusable: bool) -> Point<'_> {
+        let who = who.to_owned();
+        let call = move || {
+            let code = self.call(&who, &secrets);
+            assert!(code == Some(0) || refusable, "{who} {secrets:?}: {code:?}");
+        };
+        (label, Box::new(call))
+    }
+}
+
+/// The three secrets every bench user has.
+fn abc() -> Vec<String> {
+    ["a", "b", "c"].map(String::from).to_vec()
 }
 
 async fn call_as(
@@ -160,16 +142,7 @@ async fn call_as(
 }
 
 fn setpriv(uid: u32) -> bool {
-    let id = uid.to_string();
-    quiet(Command::new("setpriv").args([
-        "--reuid",
-        &id,
-        "--regid",
-        &id,
-        "--clear-groups",
-        "--no-new-privs",
-        "/bin/true",
-    ]))
+    quiet(setpriv_to(uid).args(["--no-new-privs", "/bin/true"]))
 }
 
 /// Times `points` and `setpriv` interleaved, in a new random order each
@@ -250,6 +223,7 @@ fn main() {
     let main_name = main_user.name.clone();
     for i in 0..30 {
         tono(
+            &bin("tono-seal"),
             &["seal", "--user", &main_name, &format!("n{i}")],
             format!("{i:02}-{}", "v".repeat(61)).as_bytes(),
         );
@@ -258,6 +232,7 @@ fn main() {
         // Printable, as most secrets are (and as masking expects).
         let value: String = (0..size).map(|i| (b'a' + (i % 26) as u8) as char).collect();
         tono(
+            &bin("tono-seal"),
             &["seal", "--user", &main_name, &format!("size{size}")],
             value.as_bytes(),
         );
@@ -289,12 +264,7 @@ fn main() {
     // Secrets per call.
     let points: Vec<Point<'_>> = SECRET_COUNTS
         .iter()
-        .map(|&n| {
-            let secrets = names("n", n);
-            let (w, who) = (&worker, main_name.clone());
-            let f: Box<dyn Fn()> = Box::new(move || assert_eq!(w.call(&who, &secrets), Some(0)));
-            (n.to_string(), f)
-        })
+        .map(|&n| worker.point(n.to_string(), &main_name, names("n", n), false))
         .collect();
     curves.push(per_call_curve(
         "secrets per call (64 B each)",
@@ -309,12 +279,7 @@ fn main() {
         .iter()
         .map(|&(size, label)| {
             let secrets = vec![format!("size{size}")];
-            let (w, who) = (&worker, main_name.clone());
-            let f: Box<dyn Fn()> = Box::new(move || {
-                let code = w.call(&who, &secrets);
-                assert!(code == Some(0) || size > 128 << 10, "{label}: {code:?}");
-            });
-            (label.to_owned(), f)
+            worker.point(label.to_owned(), &main_name, secrets, size > 128 << 10)
         })
         .collect();
     curves.push(per_call_curve("one secret's size", "size", rounds, &points));
@@ -323,12 +288,7 @@ fn main() {
     let points: Vec<Point<'_>> = store_users
         .iter()
         .zip(UNASKED)
-        .map(|(user, unasked)| {
-            let secrets: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
-            let (w, who) = (&worker, user.name.clone());
-            let f: Box<dyn Fn()> = Box::new(move || assert_eq!(w.call(&who, &secrets), Some(0)));
-            (unasked.to_string(), f)
-        })
+        .map(|(user, unasked)| worker.point(unasked.to_string(), &user.name, abc(), false))
         .collect();
     curves.push(per_call_curve(
         "secrets in the store not asked for (3 asked)",
@@ -340,13 +300,7 @@ fn main() {
     curves.push(concurrency_curve(&worker, &concurrent));
     curves.push(users_curve(&worker, &main_name, rounds));
 
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    std::fs::write(
-        dir.join("curves.json"),
-        serde_json::to_vec_pretty(&curves).unwrap(),
-    )
-    .unwrap();
+    let dir = common::write_result("curves.json", &Value::Array(curves.clone()));
     for (i, curve) in curves.iter().enumerate() {
         let file: PathBuf = dir.join(format!("curve-{}.svg", curve["file"].as_str().unwrap()));
         std::fs::write(&file, line_chart(curve)).unwrap();
@@ -393,7 +347,7 @@ fn concurrency_curve(worker: &Worker, users: &[TargetUser]) -> Value {
         "{:<10} {:>10} {:>10} {:>10}",
         "at once", "calls/s", "median ms", "p99 ms"
     );
-    let secrets: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+    let secrets = abc();
     let mut rows = Vec::new();
     for at_once in CONCURRENCY {
         let issued = std::sync::atomic::AtomicUsize::new(0);
@@ -448,11 +402,7 @@ fn users_curve(worker: &Worker, main: &str, rounds: usize) -> Value {
             })
             .collect();
         guard.put(&filler);
-        let secrets: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
-        let point: Vec<Point<'_>> = vec![(
-            users.to_string(),
-            Box::new(|| assert_eq!(worker.call(main, &secrets), Some(0))),
-        )];
+        let point = vec![worker.point(users.to_string(), main, abc(), false)];
         let (setpriv, stats) = interleaved(rounds, &point);
         let (median, p99) = stats[0];
         let rss = rss_kib();
@@ -517,13 +467,7 @@ fn line_chart(curve: &Value) -> String {
         .flat_map(|s| s.2.iter().copied())
         .chain(baseline)
         .fold(1.0, f64::max);
-    let raw = max / 4.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap();
+    let step = common::tick_step(max, 4.0);
     let top_value = step * (max / step).ceil();
     let x = |i: usize| left + width * (i as f64 + 0.5) / points.len() as f64;
     let y = |v: f64| top + height - v / top_value * height;

@@ -9,12 +9,12 @@
 //! statically linked `tono-launch` built by the operator (see the README).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 mod common;
 
-use common::{bin, provision};
+use common::{bin, provision, quiet};
 use serde_json::json;
 use tono_seal::audit::{AuditConfig, AuditLog};
 use tono_seal::classify::Policy;
@@ -29,14 +29,6 @@ const UID: u32 = 61950;
 
 /// A labelled benchmark case.
 type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
-
-fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn stats(mut us: Vec<f64>) -> (f64, f64, f64) {
     us.sort_by(|a, b| a.total_cmp(b));
@@ -367,13 +359,7 @@ fn main() {
         medians[10] - medians[5],
         medians[10]
     );
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    std::fs::write(
-        dir.join("drop.json"),
-        serde_json::to_vec_pretty(&rows).unwrap(),
-    )
-    .unwrap();
+    let dir = common::write_result("drop.json", &serde_json::Value::Array(rows));
     let json: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(dir.join("drop.json")).unwrap()).unwrap();
     std::fs::write(dir.join("drop.svg"), chart(&json, rounds)).unwrap();
@@ -398,13 +384,7 @@ fn chart(rows: &[serde_json::Value], rounds: usize) -> String {
         .map(|r| r["p99_us"].as_f64().unwrap())
         .fold(1.0, f64::max);
     // A round tick step: 1, 2 or 5 × 10^n µs, about five ticks.
-    let raw = max / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap();
+    let step = common::tick_step(max, 5.0);
     let scale = |us: f64| us / (step * (max / step).ceil()) * width;
     let height = top + row_h * rows.len() as f64 + 40.0;
     let mut svg = format!(

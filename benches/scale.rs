@@ -215,11 +215,9 @@ fn main() {
     for e in errors.iter().take(5) {
         println!("error: {e}");
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    std::fs::write(
-        dir.join("scale.json"),
-        serde_json::to_vec_pretty(&json!({
+    common::write_result(
+        "scale.json",
+        &json!({
             "calls": calls_n, "users": users_n, "seconds": secs,
             "calls_per_second": calls_n as f64 / secs,
             "median_ms": percentile(&latencies, 0.5),
@@ -228,10 +226,8 @@ fn main() {
             "rss_kib_every_1000": &rss[1..], "rss_growth_percent": growth,
             "fds_before": fds_before, "fds_after": fds_after,
             "children_before": children_before, "children_after": children_after,
-        }))
-        .unwrap(),
-    )
-    .unwrap();
+        }),
+    );
     for name in &names {
         let _ = account::remove_user(name, &Launcher::at(bin("tono-launch")));
     }
