@@ -371,17 +371,46 @@ fn rotate_killed_at_many_points_never_loses_a_secret() {
             .spawn()
             .unwrap()
     };
+    // The launcher doing the rotation: the rotate's child running as the
+    // user (a child of any of its threads).
+    let uid = u.user.uid.to_string();
+    let launcher_of = |child: &std::process::Child| -> Option<i32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).ok()?;
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("Uid:"))
+                        .and_then(|v| v.split_whitespace().next())
+                        == Some(uid.as_str())
+                })
+            })
+    };
     // Waits, polling, until the identity holds more than `than` keys (the
-    // rotation's first write is on disk) or the rotate has ended; true if
-    // the first.
-    let first_write_seen = |child: &mut std::process::Child, than: usize| loop {
-        if keys() > than {
-            return true;
+    // rotation's first write is on disk) or the rotate has ended; the
+    // launcher doing it if the first. (Killed by its pid, by this process:
+    // starting `pkill` took longer than a whole rotation in the guest.)
+    let first_write_seen = |child: &mut std::process::Child, than: usize| {
+        let mut launcher = None;
+        loop {
+            if launcher.is_none() {
+                launcher = launcher_of(child);
+            }
+            if keys() > than {
+                return launcher.or_else(|| launcher_of(child));
+            }
+            if child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(100));
     };
     // Every secret opens, in one call as the user.
     let all_open = |round: u32| {
@@ -407,7 +436,10 @@ fn rotate_killed_at_many_points_never_loses_a_secret() {
     // how long the process takes to start); what is asserted is a count of
     // kills that landed inside.
     let mut child = start_rotate();
-    assert!(first_write_seen(&mut child, 1), "rotate wrote nothing");
+    assert!(
+        first_write_seen(&mut child, 1).is_some(),
+        "rotate wrote nothing, or its launcher was not found"
+    );
     let seen = std::time::Instant::now();
     while keys() > 1 && child.try_wait().unwrap().is_none() {
         std::thread::sleep(std::time::Duration::from_micros(100));
@@ -423,12 +455,13 @@ fn rotate_killed_at_many_points_never_loses_a_secret() {
         let before = keys();
         let sealed_before: Vec<Vec<u8>> = values.iter().map(|(n, _)| sealed(n)).collect();
         let mut child = start_rotate();
-        if first_write_seen(&mut child, before) {
+        if let Some(launcher) = first_write_seen(&mut child, before) {
             std::thread::sleep(window * round / rounds);
             // Kill the launcher doing the work (the user's process), hard.
-            let _ = std::process::Command::new("pkill")
-                .args(["-KILL", "-u", u.name()])
-                .status();
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(launcher),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         let status = child.wait().unwrap();
         if !status.success() {
