@@ -82,9 +82,15 @@ pub fn main(cli: Cli) -> i32 {
             }
         },
     };
-    // A command that serves many calls at once gets worker threads; one
-    // that makes one call (or a few, in turn) runs them on this thread
-    // and starts none it would not use.
+    // A command that serves many calls at once gets worker threads and
+    // launchers started ahead of need; one that makes one call (or a few,
+    // in turn) runs them on this thread and starts one launcher a call:
+    // a pool would start two more beside the first call, only to end them.
+    let launcher = if serves_many(&cli.command) {
+        launcher
+    } else {
+        launcher.without_pool()
+    };
     let mut builder = if serves_many(&cli.command) {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         b.worker_threads(2);

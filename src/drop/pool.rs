@@ -24,7 +24,9 @@
 //! one long-lived thread of its own (so `PR_SET_PDEATHSIG`, which follows the thread that
 //! started a process, stays armed for the worker's life). When the worker
 //! exits, the waiting launchers read end-of-file and exit without running
-//! anything.
+//! anything; a worker that drains the pool first ([`drain`]) also ends the
+//! launcher the refill is starting at that moment and removes its cgroup,
+//! so no call cgroup outlives a worker that exits.
 
 use std::collections::HashMap;
 use std::io;
@@ -37,6 +39,9 @@ use crate::sys;
 
 /// How many launchers wait, per launcher path.
 pub const POOL_SIZE: usize = 2;
+
+/// How long [`drain`] waits for a launcher the refill is starting.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A launcher waiting for a plan, already inside a call cgroup of its own
 /// made with the default limits, which is the call's when it is taken.
@@ -100,11 +105,18 @@ type Kind = (PathBuf, sys::NewNamespaces);
 struct Waiting {
     /// Launchers waiting for a plan, by kind.
     ready: HashMap<Kind, Vec<Ready>>,
+    /// Drained for an exit: a launcher the refill was starting is ended,
+    /// not kept (until a call asks again).
+    closed: bool,
+    /// The refill thread is starting a launcher (outside the lock).
+    starting: bool,
 }
 
 struct Pool {
     waiting: Mutex<Waiting>,
     wanted: Condvar,
+    /// Signalled when a start the refill thread was making has ended.
+    started: Condvar,
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -120,6 +132,7 @@ fn pool() -> &'static Pool {
         Pool {
             waiting: Mutex::new(Waiting::default()),
             wanted: Condvar::new(),
+            started: Condvar::new(),
         }
     })
 }
@@ -133,6 +146,7 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     }
     let pool = pool();
     let mut waiting = pool.waiting.lock().ok()?;
+    waiting.closed = false;
     let list = waiting
         .ready
         .entry((path.to_path_buf(), namespaces))
@@ -166,7 +180,16 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
 pub fn drain() {
     let Some(pool) = POOL.get() else { return };
     let waiting: Vec<Ready> = match pool.waiting.lock() {
-        Ok(mut w) => w.ready.drain().flat_map(|(_, list)| list).collect(),
+        Ok(mut w) => {
+            w.closed = true;
+            // A launcher being started now is ended by the refill thread
+            // (its cgroup removal counted before this returns): wait for it.
+            let (mut w, _) = pool
+                .started
+                .wait_timeout_while(w, DRAIN_WAIT, |w| w.starting)
+                .unwrap_or_else(|p| p.into_inner());
+            w.ready.drain().flat_map(|(_, list)| list).collect()
+        }
         Err(_) => return,
     };
     for ready in waiting {
@@ -198,7 +221,8 @@ fn refill() {
                     .filter(|(_, l)| l.len() < POOL_SIZE)
                     .map(|(kind, _)| kind.clone())
                     .collect();
-                if !short.is_empty() {
+                if !short.is_empty() && !waiting.closed {
+                    waiting.starting = true;
                     break short;
                 }
                 waiting = match pool.wanted.wait(waiting) {
@@ -208,11 +232,19 @@ fn refill() {
             }
         };
         for kind in short {
+            if pool.waiting.lock().map_or(true, |w| w.closed) {
+                break;
+            }
             // Started outside the lock: a call never waits for a spawn.
             match Ready::start(&kind.0, kind.1) {
                 Ok(started) => {
                     if let Ok(mut waiting) = pool.waiting.lock() {
-                        waiting.ready.entry(kind).or_default().push(started);
+                        if waiting.closed {
+                            started.started.end();
+                            let _ = started.cgroup.finish();
+                        } else {
+                            waiting.ready.entry(kind).or_default().push(started);
+                        }
                     }
                 }
                 Err(e) => {
@@ -225,5 +257,9 @@ fn refill() {
                 }
             }
         }
+        if let Ok(mut waiting) = pool.waiting.lock() {
+            waiting.starting = false;
+        }
+        pool.started.notify_all();
     }
 }
