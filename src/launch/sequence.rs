@@ -450,11 +450,11 @@ fn exec_program(
     ))
 }
 
-/// `NAME=value\0` for a secret, built in one allocation that is wiped.
 /// The most bytes one `NAME=value` string may have, its NUL included, for
 /// `execve` to take it: Linux's MAX_ARG_STRLEN (32 pages of 4 KiB).
 const MAX_ENV_STRING_BYTES: usize = 32 * 4096;
 
+/// `NAME=value\0` for a secret, built in one allocation that is wiped.
 fn secret_entry(
     env: &str,
     value: &[u8],
