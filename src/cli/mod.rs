@@ -86,17 +86,15 @@ pub fn main(cli: Cli) -> i32 {
     // launchers started ahead of need; one that makes one call (or a few,
     // in turn) runs them on this thread and starts one launcher a call:
     // a pool would start two more beside the first call, only to end them.
-    let launcher = if serves_many(&cli.command) {
-        launcher
-    } else {
-        launcher.without_pool()
-    };
-    let mut builder = if serves_many(&cli.command) {
+    let (launcher, mut builder) = if serves_many(&cli.command) {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         b.worker_threads(2);
-        b
+        (launcher, b)
     } else {
-        tokio::runtime::Builder::new_current_thread()
+        (
+            launcher.without_pool(),
+            tokio::runtime::Builder::new_current_thread(),
+        )
     };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
