@@ -131,16 +131,31 @@ fn a_fork_bomb_hits_its_own_pids_max_and_others_finish() {
             tokio::spawn(
                 async move { shell(&o, "sleep 1; echo calm", Duration::from_secs(120)).await },
             );
-        // The call ends when one of its own forks fails (an event, not a
-        // time: under emulation the bomb grows ten times slower); the
-        // timeout is only a net.
+        // The bomb grows in the background, and its processes die when
+        // their forks fail, so it can die out on its own. The call's end is
+        // an event that must come: a holder forks children that keep their
+        // slots until one fork fails, which happens after at most pids.max
+        // forks, and prints the errno. The timeout is only a net.
         let bomb = shell(
             &bomber.user,
-            "bomb() { bomb | bomb & }; bomb; until ! (:) 2>/dev/null; do :; done",
+            "bomb() { bomb | bomb & }; bomb; exec perl -e '\
+             my $n = 0; \
+             while (1) { my $p = fork; \
+               if (!defined $p) { printf \"fork failed errno %d after %d\\n\", $!+0, $n; exit 0 } \
+               if (!$p) { close STDOUT; close STDERR; sleep 1000; exit 0 } \
+               $n++ }'",
             Duration::from_secs(300),
         )
         .await;
         assert!(!bomb.timed_out, "no fork failed: {bomb:?}");
+        let held: usize = bomb
+            .stdout
+            .trim()
+            .strip_prefix("fork failed errno 11 after ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the holder's fork should fail with EAGAIN: {bomb:?}"));
+        assert!(held < 256, "{held} forks held past pids.max 256: {bomb:?}");
+        eprintln!("the holder held {held} forks before EAGAIN");
         let limits = bomb.limits.clone().unwrap();
         assert!(limits.pids_max.is_some(), "{bomb:?}");
         assert!(
