@@ -3,8 +3,9 @@
 //! The worker creates, under root-owned bases of its own (`<v2>/tono/` and,
 //! where the v1 `pids`/`memory` controllers are mounted, their `tono/`), one
 //! child cgroup per call; the launcher enters it while still root, before
-//! the drop, or the worker moves a waiting launcher into it (its unreaped
-//! child, waiting in the launcher pool). The cgroup files stay root's, so the user
+//! the drop, or starts inside its v2 folder (`clone3` with
+//! `CLONE_INTO_CGROUP`) and the worker moves it into the rest (its
+//! unreaped child, waiting for its plan). The cgroup files stay root's, so the user
 //! cannot move itself out. When the call ends the worker writes `1` to
 //! `cgroup.kill`, waits (bounded) for `populated 0`, and then removes the
 //! cgroup on a background thread. A cgroup that cannot
@@ -296,6 +297,30 @@ impl CallCgroup {
     pub fn enter(&self, pid: u32) -> io::Result<()> {
         for procs in self.procs_files() {
             write_file(&procs, &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The call's v2 folder, open (`O_DIRECTORY`, CLOEXEC), to start a
+    /// launcher in (`clone3` with `CLONE_INTO_CGROUP`); `None` without v2.
+    pub fn open_v2(&self) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        self.v2
+            .as_ref()
+            .map(|dir| {
+                fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(dir)
+                    .map(Into::into)
+            })
+            .transpose()
+    }
+
+    /// [`CallCgroup::enter`] for every hierarchy but v2 (a launcher that
+    /// started inside the v2 folder).
+    pub fn enter_v1(&self, pid: u32) -> io::Result<()> {
+        for procs in self.pids.iter().chain(self.memory.iter()) {
+            write_file(&procs.join("cgroup.procs"), &pid.to_string())?;
         }
         Ok(())
     }

@@ -94,6 +94,13 @@ pub fn untracked(mounts: &Mounts) -> bool {
     mounts.v2.is_none() && mounts.v1_pids.is_none() && mounts.v1_memory.is_none()
 }
 
+/// Whether a call's cgroups are all v2 (no v1 `pids` or `memory`
+/// hierarchy beside it): its launcher can then be started inside them, with
+/// no `cgroup.procs` write on the call's path.
+pub fn v2_only(mounts: &Mounts) -> bool {
+    mounts.v2.is_some() && mounts.v1_pids.is_none() && mounts.v1_memory.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

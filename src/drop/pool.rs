@@ -9,8 +9,9 @@
 //! after the plan arrives, as for a launcher started for the call. So a
 //! call that takes one runs the same steps, checked the same way.
 //!
-//! Each waits inside a call cgroup of its own, made with the default
-//! limits and entered by the worker (the pid is its unreaped child), so a
+//! Each waits inside a call cgroup of its own, made first with the default
+//! limits: it starts inside the v2 folder where the kernel can, and the
+//! worker moves it into the rest (the pid is its unreaped child), so a
 //! call that takes one makes no cgroup and enters none on its path.
 //!
 //! Guarantees: only calls with stdin `/dev/null`, captured output and the
@@ -33,8 +34,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-use super::start::{open_null, start, Started};
-use crate::contain::{self, AppliedLimits, CallCgroup, UNASSIGNED};
+use super::start::{open_null, start_in_cgroup, Started};
+use crate::contain::{self, AppliedLimits, CallCgroup};
 use crate::sys;
 
 /// How many launchers wait, per launcher path.
@@ -56,43 +57,32 @@ pub struct Ready {
 }
 
 impl Ready {
-    /// Starts a launcher at `path` in `namespaces` and moves it into a
-    /// fresh call cgroup.
+    /// Starts a launcher at `path` in `namespaces`, inside a fresh call
+    /// cgroup.
     fn start(path: &Path, namespaces: sys::NewNamespaces) -> io::Result<Self> {
         let null = open_null()?;
-        let started = start(path, Some(&null), true, namespaces, true)?;
+        let (started, cgroup, limits) = start_in_cgroup(
+            path,
+            Some(&null),
+            true,
+            namespaces,
+            true,
+            (contain::DEFAULT_PIDS_MAX, contain::DEFAULT_MEMORY_MAX),
+        )?;
         // A network of its own has `lo` down: brought up here, off any
         // call's path (the launcher checks it again, as root, before use).
         if namespaces.net {
             if let Err(e) = sys::in_netns_of(started.pid, sys::loopback_up) {
                 started.end();
+                let _ = cgroup.finish();
                 return Err(e);
             }
         }
-        let made = CallCgroup::create(
-            contain::mounts(),
-            UNASSIGNED,
-            contain::DEFAULT_PIDS_MAX,
-            contain::DEFAULT_MEMORY_MAX,
-        );
-        let placed = made.and_then(|(cg, limits)| match cg.enter(started.pid as u32) {
-            Ok(()) => Ok((cg, limits)),
-            Err(e) => {
-                let _ = cg.finish();
-                Err(e)
-            }
-        });
-        match placed {
-            Ok((cgroup, limits)) => Ok(Self {
-                started,
-                cgroup,
-                limits,
-            }),
-            Err(e) => {
-                started.end();
-                Err(e)
-            }
-        }
+        Ok(Self {
+            started,
+            cgroup,
+            limits,
+        })
     }
 }
 

@@ -23,8 +23,8 @@ use tokio::net::unix::pipe;
 
 use super::pool;
 use super::proxy;
-use super::start::{open_null, start, Launcher, Started};
-use crate::contain::{AppliedLimits, CallCgroup, Counters};
+use super::start::{open_null, start, start_in_cgroup, Launcher, Started};
+use crate::contain::{self, AppliedLimits, CallCgroup, Counters};
 use crate::env::{Network, ProxyUpstream};
 use crate::launch::plan::LaunchPlan;
 use crate::launch::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
@@ -248,9 +248,26 @@ pub async fn launch_tapped(
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
                 Input::Inherit => None,
             };
-            let started = start(&path, null.as_ref(), capture, namespaces, false)
-                .map_err(|e| spawn_error(&format!("start {}", path.display()), e))?;
-            (started, None)
+            let starting = format!("start {}", path.display());
+            match limits {
+                // Where the call's cgroups are all v2, the launcher starts
+                // inside them: a `cgroup.procs` write would wait for an RCU
+                // grace period after an idle spell. Where v1 hierarchies
+                // are used too, each needs its write and the first pays
+                // that wait whichever it is, so the cgroup is made while
+                // the launcher loads instead (`setup.prepare`).
+                Some(limits) if contain::v2_only(contain::mounts()) => {
+                    let (started, cgroup, applied) =
+                        start_in_cgroup(&path, null.as_ref(), capture, namespaces, false, limits)
+                            .map_err(|e| spawn_error(&starting, e))?;
+                    (started, Some((cgroup, applied)))
+                }
+                _ => {
+                    let started = start(&path, null.as_ref(), capture, namespaces, false)
+                        .map_err(|e| spawn_error(&starting, e))?;
+                    (started, None)
+                }
+            }
         }
     };
     let Started {
@@ -264,9 +281,11 @@ pub async fn launch_tapped(
         unreaped: Some(Pid::from_raw(pid)),
         cgroup: None,
     };
-    // While a fresh launcher loads, the cgroup is made; a launcher waits
-    // for its plan before it does anything, so it cannot start outside it.
-    // A pooled launcher is taken only for a call with a setup (its limits).
+    // Unless the launcher started inside it, the cgroup is made while a
+    // fresh launcher loads; a launcher waits for its plan before it does
+    // anything, so it cannot start outside it. A pooled launcher, or one
+    // started in its cgroup, is taken only for a call with a setup (its
+    // limits).
     // The launcher checks its network namespace against the worker's.
     plan.worker_netns = sys::current_netns().ok();
     let mut proxy_upstream = None;

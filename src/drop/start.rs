@@ -6,6 +6,8 @@
 //! environment, its plan pipe on fd 3 and status pipe on fd 4, stdio from
 //! the fds given, and no other fd of the worker's; a [`Started`] that will
 //! get no plan is killed and reaped (`Started::end`), never left behind.
+//! [`start_in_cgroup`] starts one inside a fresh call cgroup (in its v2
+//! folder from the first instruction where the kernel can).
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Mutex;
 
+use crate::contain::{self, AppliedLimits, CallCgroup, UNASSIGNED};
 use crate::fs::root_path::check_root_path;
 use crate::launch::report::{LaunchError, Stage};
 use crate::sys;
@@ -135,6 +138,61 @@ pub fn start(
     namespaces: sys::NewNamespaces,
     ahead_of_need: bool,
 ) -> io::Result<Started> {
+    start_in(path, stdin, capture, namespaces, ahead_of_need, None).map(|(s, _)| s)
+}
+
+/// [`start`] inside a fresh call cgroup with `limits` (`pids.max`, memory
+/// bytes), not yet given to a user: the cgroup is made first, and the
+/// launcher starts in its v2 folder where the kernel can (no
+/// `cgroup.procs` write, see [`crate::sys::spawn_launcher`]); the worker
+/// moves it into the rest (its unreaped child, which runs nothing before
+/// its plan comes). On an error nothing is left: no launcher, no cgroup.
+pub fn start_in_cgroup(
+    path: &Path,
+    stdin: Option<&OwnedFd>,
+    capture: bool,
+    namespaces: sys::NewNamespaces,
+    ahead_of_need: bool,
+    limits: (u64, u64),
+) -> io::Result<(Started, CallCgroup, AppliedLimits)> {
+    let (cgroup, applied) =
+        CallCgroup::create(contain::mounts(), UNASSIGNED, limits.0, limits.1)?;
+    let placed = cgroup.open_v2().and_then(|v2| {
+        let (started, in_v2) =
+            start_in(path, stdin, capture, namespaces, ahead_of_need, v2.as_ref())?;
+        let pid = started.pid as u32;
+        let entered = if in_v2 {
+            cgroup.enter_v1(pid)
+        } else {
+            cgroup.enter(pid)
+        };
+        match entered {
+            Ok(()) => Ok(started),
+            Err(e) => {
+                started.end();
+                Err(e)
+            }
+        }
+    });
+    match placed {
+        Ok(started) => Ok((started, cgroup, applied)),
+        Err(e) => {
+            let _ = cgroup.finish();
+            Err(e)
+        }
+    }
+}
+
+/// [`start`], inside the cgroup v2 folder open at `into_cgroup` where the
+/// kernel can; the `bool` says whether it did.
+fn start_in(
+    path: &Path,
+    stdin: Option<&OwnedFd>,
+    capture: bool,
+    namespaces: sys::NewNamespaces,
+    ahead_of_need: bool,
+    into_cgroup: Option<&OwnedFd>,
+) -> io::Result<(Started, bool)> {
     let c_path = CString::new(path.as_os_str().as_bytes())?;
     let (plan_r, plan_w) = sys::pipe_above_status()?;
     let (status_r, status_w) = sys::pipe_above_status()?;
@@ -154,22 +212,26 @@ pub fn start(
         from(out.as_ref().map(|(_, w)| w)),
         from(err.as_ref().map(|(_, w)| w)),
     ];
-    let pid = sys::spawn_launcher(
+    let spawned = sys::spawn_launcher(
         &c_path,
         stdio,
         plan_r.as_fd(),
         status_w.as_fd(),
         namespaces,
         ahead_of_need,
+        into_cgroup.map(|fd| fd.as_fd()),
     )?;
     // The child has its copies; the worker keeps only its own ends.
-    Ok(Started {
-        pid,
-        plan: plan_w,
-        status: status_r,
-        stdout: out.map(|(r, _)| r),
-        stderr: err.map(|(r, _)| r),
-    })
+    Ok((
+        Started {
+            pid: spawned.pid,
+            plan: plan_w,
+            status: status_r,
+            stdout: out.map(|(r, _)| r),
+            stderr: err.map(|(r, _)| r),
+        },
+        spawned.in_cgroup,
+    ))
 }
 
 /// `/dev/null` for reading, CLOEXEC, above the launch fds.

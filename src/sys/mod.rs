@@ -7,8 +7,9 @@
 //! [`nix::unistd::Uid`]/[`nix::unistd::Gid`] newtypes; errors as
 //! [`nix::errno::Errno`] / [`std::io::Error`]. Nothing forks: every child
 //! (the launcher, a tool) is started by [`spawn`]'s
-//! `clone(CLONE_VM|CLONE_VFORK)`, whose child runs only syscalls — no
-//! allocation, no lock — between the clone and `execve`.
+//! `clone(CLONE_VM|CLONE_VFORK)` (or `clone3` with the same flags, into a
+//! cgroup), whose child runs only syscalls — no allocation, no lock —
+//! between the clone and `execve`.
 //!
 //! One file per kind of resource: [`spawn`] (starting the launcher or a tool),
 //! [`process`] (reaping, pidfds, signal dispositions), [`fd`] (inherited
@@ -26,6 +27,7 @@ pub use process::{
     try_reap, watch_pidfd,
 };
 pub use spawn::{
-    dup_above, pipe_above_status, spawn_launcher, spawn_program, NewNamespaces, StdioFrom,
+    dup_above, pipe_above_status, spawn_launcher, spawn_program, NewNamespaces, SpawnedLauncher,
+    StdioFrom,
     AHEAD_OF_NEED, PLAN_FD, STATUS_FD,
 };
