@@ -155,8 +155,7 @@ pub fn start_in_cgroup(
     ahead_of_need: bool,
     limits: (u64, u64),
 ) -> io::Result<(Started, CallCgroup, AppliedLimits)> {
-    let (cgroup, applied) =
-        CallCgroup::create(contain::mounts(), UNASSIGNED, limits.0, limits.1)?;
+    let (cgroup, applied) = CallCgroup::create(contain::mounts(), UNASSIGNED, limits.0, limits.1)?;
     let placed = cgroup.open_v2().and_then(|v2| {
         let (started, in_v2) =
             start_in(path, stdin, capture, namespaces, ahead_of_need, v2.as_ref())?;

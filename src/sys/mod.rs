@@ -28,6 +28,5 @@ pub use process::{
 };
 pub use spawn::{
     dup_above, pipe_above_status, spawn_launcher, spawn_program, NewNamespaces, SpawnedLauncher,
-    StdioFrom,
-    AHEAD_OF_NEED, PLAN_FD, STATUS_FD,
+    StdioFrom, AHEAD_OF_NEED, PLAN_FD, STATUS_FD,
 };

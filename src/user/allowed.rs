@@ -10,7 +10,7 @@
 //! user's primary group. It reads the local passwd and group files only.
 #![forbid(unsafe_code)]
 
-use super::target::{TargetUser, UserError, PASSWD_PATH};
+use super::target::{TargetUser, UserError};
 
 /// The group file.
 pub const GROUP_PATH: &str = "/etc/group";
@@ -74,13 +74,10 @@ impl std::fmt::Display for AllottedRange {
 }
 
 /// Refuses a user a worker must not act as (see the module's guarantees),
-/// reading the local passwd and group files.
+/// from the local passwd and group files (their snapshot,
+/// [`super::accounts::Accounts`]).
 pub fn check_worker_target(user: &TargetUser, range: &AllottedRange) -> Result<(), UserError> {
-    let passwd =
-        std::fs::read_to_string(PASSWD_PATH).map_err(|e| UserError::Passwd(e.to_string()))?;
-    let group = std::fs::read_to_string(GROUP_PATH)
-        .map_err(|e| UserError::Passwd(format!("{GROUP_PATH}: {e}")))?;
-    check_worker_target_in(user, range, &passwd, &group)
+    super::accounts::Accounts::current()?.check_worker_target(user, range)
 }
 
 /// [`check_worker_target`] over the texts of a passwd and a group file.

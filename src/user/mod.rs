@@ -1,6 +1,7 @@
 //! Target users: who a launch runs as ([`target`], looked up in the local
-//! passwd file), and which of them a worker may act as at all
-//! ([`allowed`]).
+//! passwd file), which of them a worker may act as at all ([`allowed`]),
+//! and the worker's snapshot of the passwd and group files that answers
+//! both without a read per call ([`accounts`]).
 //!
 //! Guarantees: uid 0, gid 0 and uid −1 are refused before any syscall;
 //! paths come from the passwd entry, never from the name; a worker acts
@@ -8,8 +9,10 @@
 //! `nobody`, and only one whose primary group is its own and unshared.
 #![forbid(unsafe_code)]
 
+pub mod accounts;
 pub mod allowed;
 pub mod target;
 
+pub use accounts::Accounts;
 pub use allowed::{check_worker_target, AllottedRange};
 pub use target::{valid_login_name, TargetUser, UserError, UserSpec, PASSWD_PATH};

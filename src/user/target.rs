@@ -176,9 +176,11 @@ impl TargetUser {
         Self::lookup_in(&text, spec)
     }
 
-    /// Parses a spec and looks it up: the usual entry point.
+    /// Parses a spec and looks it up: the worker's entry point, through
+    /// the snapshot of [`super::accounts::Accounts`] (re-read only when the
+    /// files change).
     pub fn resolve(spec: &str) -> Result<Self, UserError> {
-        Self::lookup(&UserSpec::parse(spec)?)
+        super::accounts::Accounts::current()?.lookup(&UserSpec::parse(spec)?)
     }
 
     /// Looks `spec` up in passwd-format `text`.
