@@ -231,7 +231,14 @@ impl Masker {
             }
             for form in forms(value) {
                 let mut folded = Zeroizing::new(Vec::with_capacity(form.len()));
-                fold(&form, 0, true, &mut folded, &mut Vec::new());
+                if form.iter().any(|&b| is_gap(b)) {
+                    fold(&form, 0, true, &mut folded, &mut Vec::new());
+                } else {
+                    // What `fold` makes of a form without whitespace (hex,
+                    // base64, percent: most forms), without its index of
+                    // every byte's position, which nothing here reads.
+                    folded.extend_from_slice(&form);
+                }
                 if !folded.is_empty() {
                     owner.push(index);
                     patterns.push(folded);

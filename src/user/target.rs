@@ -190,14 +190,20 @@ impl TargetUser {
             UserSpec::Uid(u) => format!("#{u}"),
         };
         for line in text.lines() {
-            let Some((name, uid, gid, fields)) = passwd_fields(line) else {
+            // The name or uid first, without splitting the whole line: a
+            // scan past 10,000 other accounts costs no allocation each.
+            let mut head = line.splitn(4, ':');
+            let (Some(name), Some(_), Some(uid)) = (head.next(), head.next(), head.next()) else {
                 continue;
             };
-            let hit = match spec {
+            let named = match spec {
                 UserSpec::Name(n) => name == n,
-                UserSpec::Uid(u) => uid == *u,
+                UserSpec::Uid(u) => uid.parse::<u32>() == Ok(*u),
             };
-            if hit {
+            if !named {
+                continue;
+            }
+            if let Some((name, uid, gid, fields)) = passwd_fields(line) {
                 return Self::from_entry(&shown, name, uid, gid, &fields);
             }
         }
