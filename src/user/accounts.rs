@@ -170,6 +170,20 @@ impl Accounts {
     }
 }
 
+impl TargetUser {
+    /// Parses a spec and looks it up: the worker's entry point, through the
+    /// snapshot ([`Accounts::current`], re-read only when the files change).
+    pub fn resolve(spec: &str) -> Result<Self, UserError> {
+        Accounts::current()?.lookup(&UserSpec::parse(spec)?)
+    }
+}
+
+/// Refuses a user a worker must not act as (see [`super::allowed`]), from
+/// the snapshot of the local passwd and group files.
+pub fn check_worker_target(user: &TargetUser, range: &AllottedRange) -> Result<(), UserError> {
+    Accounts::current()?.check_worker_target(user, range)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

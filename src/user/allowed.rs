@@ -3,11 +3,11 @@
 //! group others share (a process of the target would then reach the
 //! others' group-readable files).
 //!
-//! Guarantees: [`check_worker_target`] passes only if the uid and the gid
+//! Guarantees: [`check_worker_target_in`] passes only if the uid and the gid
 //! are inside the [`AllottedRange`] (by default from the first allotted id,
 //! 1000, up), neither is 65534, the primary group exists in the local group
 //! file under the user's own name, lists no other member, and is no other
-//! user's primary group. It reads the local passwd and group files only.
+//! user's primary group. It judges from the texts of the local passwd and group files only.
 #![forbid(unsafe_code)]
 
 use super::target::{TargetUser, UserError};
@@ -74,13 +74,8 @@ impl std::fmt::Display for AllottedRange {
 }
 
 /// Refuses a user a worker must not act as (see the module's guarantees),
-/// from the local passwd and group files (their snapshot,
-/// [`super::accounts::Accounts`]).
-pub fn check_worker_target(user: &TargetUser, range: &AllottedRange) -> Result<(), UserError> {
-    super::accounts::Accounts::current()?.check_worker_target(user, range)
-}
-
-/// [`check_worker_target`] over the texts of a passwd and a group file.
+/// judged from the texts of a passwd and a group file (the worker's calls
+/// go through [`super::accounts::check_worker_target`]).
 pub fn check_worker_target_in(
     user: &TargetUser,
     range: &AllottedRange,

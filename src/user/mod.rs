@@ -13,6 +13,6 @@ pub mod accounts;
 pub mod allowed;
 pub mod target;
 
-pub use accounts::Accounts;
-pub use allowed::{check_worker_target, AllottedRange};
+pub use accounts::{check_worker_target, Accounts};
+pub use allowed::AllottedRange;
 pub use target::{valid_login_name, TargetUser, UserError, UserSpec, PASSWD_PATH};

@@ -176,13 +176,6 @@ impl TargetUser {
         Self::lookup_in(&text, spec)
     }
 
-    /// Parses a spec and looks it up: the worker's entry point, through
-    /// the snapshot of [`super::accounts::Accounts`] (re-read only when the
-    /// files change).
-    pub fn resolve(spec: &str) -> Result<Self, UserError> {
-        super::accounts::Accounts::current()?.lookup(&UserSpec::parse(spec)?)
-    }
-
     /// Looks `spec` up in passwd-format `text`.
     pub fn lookup_in(text: &str, spec: &UserSpec) -> Result<Self, UserError> {
         let shown = match spec {
