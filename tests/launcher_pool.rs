@@ -131,7 +131,21 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
         )
         .unwrap();
     }
-    std::thread::sleep(Duration::from_millis(50));
+    // Until each has died (a zombie of this worker, or already reaped by
+    // the pool): an event, not a time — under emulation a SIGKILLed
+    // launcher took longer than the 50 ms this once slept.
+    for &pid in &waiting {
+        let stat = format!("/proc/{pid}/stat");
+        let mut polls = 0u32;
+        while std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        }) {
+            polls += 1;
+            assert!(polls < 600_000, "launcher {pid} did not die after SIGKILL");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
     let out = call(&launcher, &u.user);
     assert_eq!(
         out.stdout, want,
