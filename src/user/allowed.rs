@@ -7,7 +7,8 @@
 //! are inside the [`AllottedRange`] (by default from the first allotted id,
 //! 1000, up), neither is 65534, the primary group exists in the local group
 //! file under the user's own name, lists no other member, and is no other
-//! user's primary group. It judges from the texts of the local passwd and group files only.
+//! user's primary group. It judges from the texts of the local passwd
+//! and group files only.
 #![forbid(unsafe_code)]
 
 use super::target::{TargetUser, UserError};
