@@ -345,14 +345,34 @@ pub fn check_url(
             "the URL holds a backslash, which parsers disagree on",
         ));
     }
+    // The scheme is read before the parser sees the URL: only http and
+    // https may stay, whatever the parser would make of the rest.
+    let scheme = raw
+        .split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|s| s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic()))
+        .filter(|s| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        });
+    let scheme_len = match scheme {
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https") => s.len(),
+        Some(s) => {
+            return Err(refuse(
+                "scheme_refused",
+                format!("scheme {s:?} is not http or https"),
+            ))
+        }
+        None => {
+            return Err(refuse(
+                "url_ambiguous",
+                "a stay URL must start with http:// or https://",
+            ))
+        }
+    };
     // WHATWG accepts `https:host` and `https:/host` for special schemes; an
     // HTTP client or a human may read those otherwise. Only `scheme://`.
-    let starts_with = |prefix: &str| {
-        raw.as_bytes()
-            .get(..prefix.len())
-            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
-    };
-    if !(starts_with("http://") || starts_with("https://")) {
+    if !raw[scheme_len..].starts_with("://") {
         return Err(refuse(
             "url_ambiguous",
             "a stay URL must start with http:// or https://",
@@ -360,15 +380,8 @@ pub fn check_url(
     }
     let url = Url::parse(raw)
         .map_err(|e| refuse("url_invalid", format!("the URL does not parse: {e}")))?;
-    match url.scheme() {
-        "http" | "https" => {}
-        other => {
-            return Err(refuse(
-                "scheme_refused",
-                format!("scheme {other:?} is not http or https"),
-            ))
-        }
-    }
+    // The scheme was checked above, and the parser keeps it.
+    debug_assert!(matches!(url.scheme(), "http" | "https"));
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refuse("userinfo_refused", "the URL carries userinfo"));
     }
