@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tono_seal::classify::{classify_raw, Policy, VerdictKind};
 
 const THEMES: [&str; 6] = ["names", "urls", "json", "args", "policy", "benign"];
@@ -15,19 +17,47 @@ fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("adversarial")
 }
 
+/// How many cases each file holds for each expectation: a case lost or
+/// added by mistake (a bad merge, a truncated file) fails the test.
+const EXPECTED_COUNTS: [(&str, &str, usize); 20] = [
+    ("names", "not_stay", 41),
+    ("names", "drop", 8),
+    ("names", "refuse", 3),
+    ("names", "stay", 1),
+    ("urls", "not_stay", 97),
+    ("json", "refuse", 28),
+    ("json", "stay", 4),
+    ("args", "drop", 35),
+    ("args", "refuse", 6),
+    ("policy", "stay", 6),
+    ("policy", "drop", 9),
+    ("policy", "not_stay", 3),
+    ("policy", "policy_rejected", 16),
+    ("benign", "stay", 67),
+    // Totals per file, so a new expectation kind cannot hide a loss.
+    ("names", "*", 53),
+    ("urls", "*", 97),
+    ("json", "*", 32),
+    ("args", "*", 41),
+    ("policy", "*", 34),
+    ("benign", "*", 67),
+];
+
+/// Every case names the verdict it expects and the code that says why:
+/// a refusal for the wrong reason (a URL dropped for its port when the
+/// case is about its address) is a failure, not a pass.
 #[test]
 fn the_corpus_holds() {
     let mut failures = Vec::new();
     let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut total = 0;
+    let mut codes: BTreeMap<&'static str, usize> = BTreeMap::new();
     for theme in THEMES {
         let path = corpus_dir().join(format!("{theme}.jsonl"));
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut in_theme = 0;
         for (n, line) in text.lines().enumerate() {
-            let case: Value =
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("{theme}:{}: {e}", n + 1));
+            let at = format!("{theme}:{}", n + 1);
+            let case: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{at}: {e}"));
             let expect = case["expect"].as_str().unwrap().to_owned();
             let raw: Vec<u8> = match (&case["raw"], &case["call"]) {
                 (Value::String(s), _) => s.as_bytes().to_vec(),
@@ -38,50 +68,62 @@ fn the_corpus_holds() {
                 (Value::Null, Value::String(s)) => Policy::from_json(s.as_bytes()),
                 (p, _) => Policy::from_json(&serde_json::to_vec(p).unwrap()),
             };
-            let got = match &policy {
-                Err(_) => "policy_rejected".to_owned(),
-                Ok(p) => match classify_raw(&raw, p).1.kind() {
-                    VerdictKind::Stay => "stay".into(),
-                    VerdictKind::Drop => "drop".into(),
-                    VerdictKind::Refuse => "refuse".into(),
-                },
+            let (got, code) = match &policy {
+                Err(_) => ("policy_rejected", None),
+                Ok(p) => {
+                    let verdict = classify_raw(&raw, p).1;
+                    let kind = match verdict.kind() {
+                        VerdictKind::Stay => "stay",
+                        VerdictKind::Drop => "drop",
+                        VerdictKind::Refuse => "refuse",
+                    };
+                    (kind, Some(verdict.code()))
+                }
             };
             let agreed = match expect.as_str() {
                 "not_stay" => got == "drop" || got == "refuse",
                 e => got == e,
             };
-            if !agreed {
+            let want_code = case["code"].as_str();
+            if expect == "policy_rejected" {
+                assert!(
+                    want_code.is_none(),
+                    "{at}: a rejected policy has no verdict code"
+                );
+            } else {
+                assert!(want_code.is_some(), "{at}: the case does not pin its code");
+            }
+            if !agreed || code != want_code {
                 failures.push(format!(
-                    "{theme}:{}: expected {expect}, got {got}: {} — {}",
-                    n + 1,
+                    "{at}: expected {expect} {want_code:?}, got {got} {code:?}: {} — {}",
                     case["why"],
                     String::from_utf8_lossy(&raw)
                 ));
             }
+            *codes.entry(code.unwrap_or("-")).or_default() += 1;
             *counts.entry((theme.to_owned(), expect)).or_default() += 1;
-            in_theme += 1;
-            total += 1;
+            *counts.entry((theme.to_owned(), "*".into())).or_default() += 1;
         }
-        assert!(in_theme >= 30, "theme {theme} has only {in_theme} cases");
     }
-    eprintln!("corpus: {total} cases");
+    eprintln!("corpus, cases per file and expectation:");
     for ((theme, expect), n) in &counts {
         eprintln!("  {theme:<8} {expect:<16} {n}");
     }
-    let benign = counts
-        .get(&("benign".into(), "stay".into()))
-        .copied()
-        .unwrap_or(0);
-    assert!(
-        total >= 300 && benign >= 60,
-        "{total} cases, {benign} benign stays"
-    );
+    eprintln!("corpus, cases per verdict code:");
+    for (code, n) in &codes {
+        eprintln!("  {code:<24} {n}");
+    }
     assert!(
         failures.is_empty(),
         "{} case(s) disagree:\n{}",
         failures.len(),
         failures.join("\n")
     );
+    let expected: BTreeMap<(String, String), usize> = EXPECTED_COUNTS
+        .iter()
+        .map(|&(t, e, n)| ((t.to_owned(), e.to_owned()), n))
+        .collect();
+    assert_eq!(counts, expected, "the corpus's counts changed");
 }
 
 /// Collects every object's keys, to find duplicates independently of the
@@ -352,17 +394,64 @@ fn mutate(seed: usize, kind: u8, pos: usize, ch: char) -> Vec<u8> {
     out.into_bytes()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000)))]
-    #[test]
-    fn a_mutated_stay_stays_only_if_it_is_still_a_safe_stay(seed in 0usize..4, kind in 0u8..12, pos in 0usize..200, ch in any::<char>()) {
-        let raw = mutate(seed, kind, pos, ch);
-        let (_, verdict) = classify_raw(&raw, &Policy::default());
-        if verdict.kind() == VerdictKind::Stay {
-            prop_assert!(reference_safe_stay(&raw), "stayed but is not a safe stay: {}", String::from_utf8_lossy(&raw));
-        }
+/// Each property's configuration: `PROPTEST_CASES` generated cases
+/// (default 4000), and the saved failures replayed first from
+/// `tests/adversarial.proptest-regressions`, beside this file (the default
+/// looks for a `lib.rs` above it and finds none in `tests/`).
+fn proptest_config() -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4000),
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
     }
+}
 
+/// Every mutated call that stays must be a safe stay by the reference. The
+/// test counts how many stayed: a classifier that drops everything passes
+/// the check on each case and must still fail here.
+#[test]
+fn a_mutated_stay_stays_only_if_it_is_still_a_safe_stay() {
+    let (tried, stayed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let mutations = (0usize..4, 0u8..12, 0usize..200, any::<char>());
+    let outcome = TestRunner::new(proptest_config()).run(&mutations, |(seed, kind, pos, ch)| {
+        let raw = mutate(seed, kind, pos, ch);
+        tried.fetch_add(1, Ordering::Relaxed);
+        if classify_raw(&raw, &Policy::default()).1.kind() == VerdictKind::Stay {
+            stayed.fetch_add(1, Ordering::Relaxed);
+            prop_assert!(
+                reference_safe_stay(&raw),
+                "stayed but is not a safe stay: {}",
+                String::from_utf8_lossy(&raw)
+            );
+        }
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+    let (tried, stayed) = (tried.into_inner(), stayed.into_inner());
+    eprintln!(
+        "{tried} mutated calls: {stayed} stayed, each a safe stay by the reference; {} did not",
+        tried - stayed
+    );
+    assert!(
+        stayed * 10 >= tried,
+        "only {stayed} of {tried} mutated calls stayed: the property proves too little"
+    );
+    assert!(
+        stayed < tried,
+        "all {tried} mutated calls stayed: the mutations change nothing"
+    );
+}
+
+proptest! {
+    #![proptest_config(proptest_config())]
     #[test]
     fn classify_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = classify_raw(&bytes, &Policy::default());
