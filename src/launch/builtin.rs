@@ -1,8 +1,9 @@
 //! Built-in operations the launcher performs itself, after the drop, as the
-//! user: key store provisioning, the file tools, and the per-user sweep. Values read from stdin
-//! (a secret for `seal`, an age file for `import`) and written to stdout (a
-//! value for `reveal`, a file for `read_file`) pass through unbuffered fds
-//! and wiped buffers, never through the worker.
+//! user: key store provisioning and the file tools (the per-user sweep is
+//! [`super::sweep`]). Values read from stdin (a secret for `seal`, an age
+//! file for `import`) and written to stdout (a value for `reveal`, a file
+//! for `read_file`) pass through unbuffered fds and wiped buffers, never
+//! through the worker.
 #![forbid(unsafe_code)]
 
 use std::fs::{self, File};
@@ -166,30 +167,4 @@ pub fn file(op: &FileOp) -> Result<Value, LaunchError> {
 /// Serializes a report (plain data: this cannot fail in practice).
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
-/// Kills every process the user can signal (`kill(-1, SIGKILL)`), which
-/// the kernel chooses: those whose real or saved uid is the user's. Refused
-/// unless both real and effective uid are not root — run as root, the same
-/// call would kill the machine.
-pub fn sweep() -> Result<Value, LaunchError> {
-    if nix::unistd::getuid().is_root() || nix::unistd::geteuid().is_root() {
-        return Err(LaunchError::new(
-            Stage::Op,
-            "sweep_as_root",
-            "the sweep runs only after the drop",
-        ));
-    }
-    match nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(-1),
-        nix::sys::signal::Signal::SIGKILL,
-    ) {
-        // ESRCH: the user had no process but this one.
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(json!({"swept": true})),
-        Err(e) => Err(LaunchError::new(
-            Stage::Op,
-            "sweep_failed",
-            format!("kill(-1, SIGKILL): {e}"),
-        )),
-    }
 }

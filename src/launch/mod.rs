@@ -22,4 +22,5 @@ pub mod plan;
 pub mod relay;
 pub mod report;
 pub mod sequence;
+pub mod sweep;
 pub mod view;

@@ -296,7 +296,7 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
             enter_folder(&plan.home, &plan.home)?;
             builtin::file(op).map(Finish::Done)
         }
-        Action::Sweep => builtin::sweep().map(Finish::Done),
+        Action::Sweep => super::sweep::sweep().map(Finish::Done),
         Action::Probe { probes } => Ok(Finish::Done(
             serde_json::to_value(super::access::probe_all(probes))
                 .unwrap_or(serde_json::Value::Null),
