@@ -22,7 +22,7 @@ struct Vector {
 }
 
 fn vectors_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/age-cctv")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/age-cctv")
 }
 
 fn load(path: &std::path::Path) -> Vector {
