@@ -6,56 +6,77 @@
 
 mod common;
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use common::{launch_bin, sha256_hex, tono_bin, TestUser};
 use serde_json::Value;
 
-/// Makes sure Python's `mcp` package is importable, installing it with pip.
-fn python_mcp() -> bool {
-    let importable = || {
-        Command::new("python3")
+/// A Python that imports the `mcp` package: `python3` when it does, else
+/// the tests' own venv under cargo's target tmpdir, made with `python3 -m
+/// venv` and given `mcp` by its pip. A system Python is never changed
+/// (Debian 12 refuses pip there).
+fn python_with_mcp() -> Option<PathBuf> {
+    let imports_mcp = |python: &Path| {
+        Command::new(python)
             .args(["-c", "import mcp.client.stdio"])
+            .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    if importable() {
-        return true;
+    let system = PathBuf::from("python3");
+    if imports_mcp(&system) {
+        return Some(system);
     }
-    let installed = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "mcp",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    if installed && importable() {
-        return true;
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let python = venv.join("bin/python3");
+    if !imports_mcp(&python) {
+        let run = |program: &Path, args: &[&str]| {
+            Command::new(program)
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let venv_arg = venv.to_str().unwrap();
+        let _ = run(&system, &["-m", "venv", "--clear", venv_arg])
+            && run(
+                &python,
+                &[
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "mcp",
+                ],
+            );
     }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("the Python mcp package could not be installed with pip, and CI=true");
+    if imports_mcp(&python) {
+        return Some(python);
     }
-    eprintln!(
-        "\n*** SKIPPED the Python MCP interop test: `python3 -m pip install mcp` failed ***\n"
+    let why = format!(
+        "python3 cannot import mcp, and no venv with it could be made at {} \
+         (needs python3-venv, and pip able to reach PyPI)",
+        venv.display()
     );
-    false
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}, and CI=true");
+    }
+    eprintln!("\n*** SKIPPED the Python MCP interop test: {why} ***\n");
+    None
 }
 
 #[test]
 fn the_python_sdk_drives_the_server() {
     need_root!();
-    if !python_mcp() {
+    let Some(python) = python_with_mcp() else {
         return;
-    }
+    };
     let (a, b) = (TestUser::with_key(), TestUser::with_key());
     a.seal("api", b"python-interop-secret");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
     let other = b.home().join(".tono/identity");
-    let out = Command::new("python3")
+    let out = Command::new(&python)
         .arg(script)
         .arg(tono_bin())
         .arg(launch_bin())
