@@ -26,7 +26,7 @@ use super::report::{LaunchError, Stage};
 pub const SWEEP_WAIT_ROUNDS: u32 = 2_000;
 
 /// The pause between two rounds.
-const ROUND_GAP: Duration = Duration::from_millis(1);
+pub const ROUND_GAP: Duration = Duration::from_millis(1);
 
 /// Kills every process the user can signal and waits until none runs.
 /// Refused unless both real and effective uid are not root — run as root,
