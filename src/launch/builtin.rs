@@ -24,7 +24,8 @@ fn op_error(e: KeysError) -> LaunchError {
     LaunchError::new(Stage::Op, e.code(), e.to_string())
 }
 
-fn io_error(code: &str, what: String, e: io::Error) -> LaunchError {
+/// An I/O failure of a built-in operation, with its errno.
+pub(super) fn io_error(code: &str, what: String, e: io::Error) -> LaunchError {
     LaunchError {
         stage: Stage::Op,
         code: code.into(),

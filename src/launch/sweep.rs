@@ -9,6 +9,7 @@
 //! so the sweep then reads `/proc` until no process the kill reaches is
 //! still running (a zombie has died; only its parent's reaping is left),
 //! repeating the kill each round, for at most [`SWEEP_WAIT_ROUNDS`] rounds.
+//! A sweep that cannot read `/proc` reports `sweep_unverified`, never done.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::{getpid, getuid, Pid};
 use serde_json::{json, Value};
 
+use super::builtin::io_error;
 use super::report::{LaunchError, Stage};
 
 /// How many times the sweep kills and looks for a survivor, [`ROUND_GAP`]
@@ -53,7 +55,7 @@ pub fn sweep() -> Result<Value, LaunchError> {
                 ))
             }
         }
-        running = running_signalable(uid, own);
+        running = running_signalable(uid, own)?;
         if running.is_empty() {
             return Ok(json!({"swept": true, "rounds": round}));
         }
@@ -71,24 +73,46 @@ pub fn sweep() -> Result<Value, LaunchError> {
 /// The pids, other than `own`, of processes that `kill(-1)` from `uid`
 /// reaches (real or saved uid is `uid`) and that have not died yet (state
 /// neither zombie nor dead). A process that ends while it is read is
-/// skipped.
-fn running_signalable(uid: u32, own: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != own)
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .is_ok_and(|status| is_running_as(&status, uid))
-        })
-        .collect()
+/// skipped, and so is one the kernel keeps the user from reading (`hidepid`:
+/// never one of the user's own). Any other failure to read is an error: a
+/// sweep that cannot look does not say it is done.
+fn running_signalable(uid: u32, own: i32) -> Result<Vec<i32>, LaunchError> {
+    let unverified = |what: String, e| io_error("sweep_unverified", what, e);
+    let mut running = Vec::new();
+    let entries = std::fs::read_dir("/proc").map_err(|e| unverified("read /proc".into(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| unverified("read /proc".into(), e))?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            Ok(status) if is_running_as(&status, uid) => running.push(pid),
+            Ok(_) => {}
+            Err(e) if is_gone_or_hidden(&e) => {}
+            Err(e) => return Err(unverified(format!("read /proc/{pid}/status"), e)),
+        }
+    }
+    Ok(running)
+}
+
+/// A read of `/proc/PID/status` that failed because the process is gone
+/// (`ENOENT`, `ESRCH`) or is another user's and hidden (`EACCES`, `EPERM`).
+fn is_gone_or_hidden(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(Errno::from_raw),
+        Some(Errno::ENOENT | Errno::ESRCH | Errno::EACCES | Errno::EPERM)
+    )
 }
 
 /// Whether a `/proc/PID/status` text is of a process not yet dead whose
-/// real or saved uid is `uid`.
+/// real or saved uid is `uid`. A state it cannot read counts as running.
 fn is_running_as(status: &str, uid: u32) -> bool {
     let field = |name: &str| {
         status
@@ -100,7 +124,7 @@ fn is_running_as(status: &str, uid: u32) -> bool {
     let uids: Vec<u32> = field("Uid:")
         .map(|f| f.filter_map(|v| v.parse().ok()).collect())
         .unwrap_or_default();
-    let dead = matches!(state, Some("Z" | "X" | "x") | None);
+    let dead = matches!(state, Some("Z" | "X" | "x"));
     let reached = uids.len() == 4 && (uids[0] == uid || uids[2] == uid);
     reached && !dead
 }
@@ -125,6 +149,14 @@ mod tests {
         ));
         assert!(is_running_as(
             &status("D (disk sleep)", "0\t0\t61000\t0"),
+            61000
+        ));
+    }
+
+    #[test]
+    fn a_process_of_the_uid_whose_state_cannot_be_read_counts_as_running() {
+        assert!(is_running_as(
+            "Name:\tx\nUid:\t61000\t61000\t61000\t61000\n",
             61000
         ));
     }
