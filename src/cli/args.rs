@@ -65,6 +65,34 @@ pub struct ScopeArgs {
     /// group are refused whatever the range).
     #[arg(long = "allotted-uids", value_name = "FIRST-LAST", value_parser = crate::user::AllottedRange::parse)]
     pub allotted_uids: Option<crate::user::AllottedRange>,
+    /// What a program's writes to the home become (private view):
+    /// `ephemeral` (gone when the call ends), `read-only`, or `persistent`
+    /// (the real home: what one call writes, the next runs from). Default:
+    /// the env config's `home_for_users`/`home`, else `ephemeral`; the
+    /// shared view has only `persistent`.
+    #[arg(long, value_enum)]
+    pub home: Option<HomeArg>,
+}
+
+/// `--home`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HomeArg {
+    /// Writable; every write vanishes with the call.
+    Ephemeral,
+    /// Not writable.
+    ReadOnly,
+    /// The real home.
+    Persistent,
+}
+
+impl From<HomeArg> for crate::env::HomeMode {
+    fn from(home: HomeArg) -> Self {
+        match home {
+            HomeArg::Ephemeral => Self::Ephemeral,
+            HomeArg::ReadOnly => Self::ReadOnly,
+            HomeArg::Persistent => Self::Persistent,
+        }
+    }
 }
 
 /// `--view`.

@@ -48,6 +48,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 allotted: scope.range(),
                 view: scope.view.into(),
                 network: scope.network(),
+                home: scope.home.map(Into::into),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
@@ -81,6 +82,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 allotted: scope.range(),
                 view: scope.view.into(),
                 network: scope.network(),
+                home: scope.home.map(Into::into),
                 ..RunOptions::default()
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;

@@ -167,6 +167,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 allotted: scope.range(),
                 view: scope.view.into(),
                 network: scope.network(),
+                home: scope.home.map(Into::into),
                 ..RunOptions::default()
             };
             serve::serve_stdio(launcher, concurrency.max(1), options).await
@@ -197,6 +198,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     allotted: scope.range(),
                     view: scope.view.into(),
                     network: scope.network(),
+                    home: scope.home.map(Into::into),
                     ..RunOptions::default()
                 },
             );

@@ -65,10 +65,18 @@ pub(crate) async fn launch_as(
         ));
     }
     let network = options.network_mode()?;
+    let home_view = options.home_view(&user.name)?;
+    let refuse_syscalls = options.env.config.refuse_syscalls.clone();
+    if !refuse_syscalls.is_empty() {
+        // An operator's unknown name is refused here, before any launch.
+        crate::launch::syscall_filter::SyscallFilter::build(&refuse_syscalls)?;
+    }
     let plan = LaunchPlan {
         limits: options.limits,
         view: options.view,
         network,
+        home_view,
+        refuse_syscalls,
         ..LaunchPlan::for_user(user, action)
     };
     // What the launch really gets: provisioning and the sweep always run

@@ -9,7 +9,7 @@ use super::spawn::{Input, Output};
 use super::start::Launcher;
 use crate::audit::AuditLog;
 use crate::classify::Policy;
-use crate::env::{Network, RunEnv};
+use crate::env::{HomeMode, HomeView, Network, RunEnv};
 use crate::keys::SecretName;
 use crate::launch::plan::Limits;
 use crate::launch::report::{LaunchError, Stage};
@@ -78,9 +78,54 @@ pub struct RunOptions {
     /// ([`crate::env::EnvConfig::network_for`]). A call of the shared view
     /// has the host's.
     pub network: Option<Network>,
+    /// What the call's writes to the home become (private view only);
+    /// `None` leaves it to the env config, else `ephemeral` — and, in the
+    /// shared view, `persistent`, the only home it has
+    /// ([`RunOptions::home_view`]).
+    pub home: Option<HomeMode>,
+    /// A provider's own program (sign-in, sign-out, status): it sees the
+    /// real home and its login folder, which tool calls never see.
+    pub provider_program: bool,
 }
 
 impl RunOptions {
+    /// The home the call gets: the call's mode, else the env config's for
+    /// `user`, else `ephemeral`; the store, every provider's login folder
+    /// and the config's hidden paths covered. A mode other than
+    /// `persistent` in the shared view is refused (`home_needs_private_view`):
+    /// it has no mount namespace to make one in, and nothing falls back.
+    pub fn home_view(&self, user: &str) -> Result<HomeView, LaunchError> {
+        let config = &self.env.config;
+        if self.provider_program {
+            return Ok(HomeView::persistent());
+        }
+        let chosen = self.home.or_else(|| config.home_for(user));
+        if self.view == crate::launch::view::View::Shared {
+            return match chosen {
+                None | Some(HomeMode::Persistent) => Ok(HomeView::persistent()),
+                Some(other) => Err(LaunchError::new(
+                    Stage::Plan,
+                    "home_needs_private_view",
+                    format!(
+                        "home {other} needs the private view (a mount namespace of the call's own); \
+                         the shared view has the real home: ask for --home persistent or --view private"
+                    ),
+                )),
+            };
+        }
+        let mut hidden: Vec<String> = crate::env::Provider::ALL
+            .iter()
+            .map(|p| config.provider(*p).login_dir)
+            .collect();
+        hidden.extend(config.hidden_in_home.iter().cloned());
+        hidden.sort();
+        hidden.dedup();
+        Ok(HomeView {
+            mode: chosen.unwrap_or_default(),
+            hidden,
+        })
+    }
+
     /// The network the call gets (see [`RunOptions::network`]): a mode
     /// other than `host` for a call of the shared view is refused, as is
     /// `proxy` with no proxy configured.
@@ -116,6 +161,8 @@ impl Default for RunOptions {
             allotted: AllottedRange::default(),
             view: crate::launch::view::View::default(),
             network: None,
+            home: None,
+            provider_program: false,
         }
     }
 }

@@ -122,6 +122,21 @@ pub struct EnvConfig {
     /// Entries that replace the built-in provider table.
     #[serde(default)]
     pub providers: BTreeMap<Provider, ProviderSpec>,
+    /// The home of a tool call that chooses none (`ephemeral`,
+    /// `read-only`, `persistent`); `ephemeral` if absent.
+    #[serde(default)]
+    pub home: Option<super::HomeMode>,
+    /// The home per user (login name), over `home`.
+    #[serde(default)]
+    pub home_for_users: BTreeMap<String, super::HomeMode>,
+    /// Paths inside every home that tool calls never see, besides
+    /// `~/.tono` and each provider's login folder (plain relative paths).
+    #[serde(default)]
+    pub hidden_in_home: Vec<String>,
+    /// Syscalls refused to every tool besides the launcher's built-in
+    /// filter, by name (each with `EPERM`).
+    #[serde(default)]
+    pub refuse_syscalls: Vec<String>,
 }
 
 impl EnvConfig {
@@ -134,6 +149,9 @@ impl EnvConfig {
         }
         if let Some(proxy) = &config.proxy {
             sanitize_proxy(proxy).map_err(|e| e.to_string())?;
+        }
+        for path in &config.hidden_in_home {
+            super::home::valid_hidden_path(path).map_err(|e| format!("hidden_in_home: {e}"))?;
         }
         // The default mode must work: `proxy` needs a proxy the worker can
         // speak to.
@@ -161,6 +179,12 @@ impl EnvConfig {
     }
 
     /// The table entry of `provider`: the config's, else the built-in.
+    /// The home mode the config gives `user`'s calls, if any.
+    pub fn home_for(&self, user: &str) -> Option<super::HomeMode> {
+        self.home_for_users.get(user).copied().or(self.home)
+    }
+
+    /// What the config says of `provider` (its entry, else the built-in).
     pub fn provider(&self, provider: Provider) -> ProviderSpec {
         self.providers
             .get(&provider)

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod builder;
+pub mod home;
 pub mod name;
 pub mod network;
 pub mod provider;
@@ -17,6 +18,7 @@ pub mod provider;
 pub use builder::{
     sanitize_proxy, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv, TurnCredential,
 };
+pub use home::{HomeMode, HomeView};
 pub use name::valid_env_name;
 pub use network::{AllowHosts, Network, ProxyUpstream, CALL_PROXY_ADDR};
 pub use provider::{Provider, ProviderSpec};

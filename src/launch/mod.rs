@@ -16,6 +16,7 @@
 pub mod access;
 pub mod builtin;
 pub mod drop_held;
+pub mod home;
 pub mod mask;
 pub mod network;
 pub mod plan;
@@ -23,4 +24,5 @@ pub mod relay;
 pub mod report;
 pub mod sequence;
 pub mod sweep;
+pub mod syscall_filter;
 pub mod view;

@@ -46,6 +46,14 @@ pub struct LaunchPlan {
     /// (`host`) or must not be (`none`, `proxy`).
     #[serde(default)]
     pub worker_netns: Option<crate::sys::NetnsId>,
+    /// The home a launch of the private view sees (its writes, what of it
+    /// is hidden): made as root in the call's mount namespace.
+    #[serde(default)]
+    pub home_view: crate::env::HomeView,
+    /// Syscalls the operator refuses besides the built-in filter's
+    /// ([`super::syscall_filter`]), by name.
+    #[serde(default)]
+    pub refuse_syscalls: Vec<String>,
     /// What to do once dropped.
     pub action: Action,
 }
@@ -89,6 +97,8 @@ impl LaunchPlan {
             view: super::view::View::default(),
             network: Network::Host,
             worker_netns: None,
+            home_view: crate::env::HomeView::persistent(),
+            refuse_syscalls: Vec::new(),
             action,
         }
     }

@@ -49,6 +49,7 @@ use super::mask::{MaskError, Masker};
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
 use super::relay;
 use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
+use super::syscall_filter::SyscallFilter;
 use super::view;
 use crate::keys::{KeyStore, SecretName};
 use crate::sys;
@@ -278,13 +279,32 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
         ));
     }
     super::network::enter(&plan)?;
+    // Compiled as root, installed after the drop: an operator's unknown
+    // syscall name refuses the call before anything is mounted.
+    let filter = SyscallFilter::build(&plan.refuse_syscalls)?;
     let store = if own_namespaces {
-        view::cover_store(&plan.home, plan.uid)?
+        // The real store, for the unseal; then the home the tool sees,
+        // with the store covered in it.
+        let store = view::open_store(&plan.home, plan.uid)?;
+        super::home::enter(&plan.home, plan.uid, plan.gid, &plan.home_view)?;
+        store
     } else {
         None
     };
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
+    // A keyring of the call's own: the one inherited from the worker (a
+    // root login's, a service's) is possessed no longer.
+    sys::join_anonymous_session_keyring().map_err(|e| {
+        LaunchError::sys(
+            Stage::Drop,
+            "keyring_refused",
+            "join a new session keyring",
+            e,
+        )
+    })?;
+    // Before anything user-chosen runs, and inherited by all of it.
+    filter.install()?;
     match &plan.action {
         Action::Exec(exec) => exec_program(&plan, exec, status, store).map(Finish::Ended),
         Action::Keys { op } => {

@@ -1,13 +1,15 @@
 //! The call's own view of the machine: a PID namespace whose init is the
 //! call's launcher, with a fresh `/proc` in which only the call's own
-//! processes exist, and a mount namespace in which the user's key store is
-//! an empty read-only folder.
+//! processes exist, an IPC namespace and `/dev/shm` of its own, and a mount
+//! namespace in which the user's key store is an empty read-only folder
+//! (the home itself is [`super::home`]'s).
 //!
 //! Guarantees:
 //! - Root never acts by a path a user controls. `~/.tono` is opened by root
 //!   once, as `O_PATH|O_DIRECTORY`, from the home's fd with `openat2`
 //!   (`RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`), and must be a folder owned by
-//!   the user; the empty tmpfs is mounted onto that descriptor
+//!   the user; the empty tmpfs is mounted ([`super::home::enter`]) onto
+//!   the store's descriptor in the view the tool sees
 //!   (`/proc/self/fd/N`, which names the descriptor's own folder and
 //!   follows nothing the user can change). Why root and not the user in a
 //!   user namespace of its own: that needs unprivileged user namespaces,
@@ -144,7 +146,10 @@ pub fn enter_at_start() -> Result<bool, LaunchError> {
     }
     // This process's own mount namespace, made here rather than trusted
     // from the spawn: the mounts below never touch the host's.
-    nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(|e| refused("unshare(CLONE_NEWNS)", e))?;
+    // Its own IPC namespace too: SysV objects and POSIX message queues
+    // made in the call are seen by no other call and die with it.
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC)
+        .map_err(|e| refused("unshare(CLONE_NEWNS|CLONE_NEWIPC)", e))?;
     nix::mount::mount(
         None::<&str>,
         "/",
@@ -161,23 +166,29 @@ pub fn enter_at_start() -> Result<bool, LaunchError> {
         None::<&str>,
     )
     .map_err(|e| refused("mount a fresh /proc", e))?;
-    Ok(true)
-}
-
-/// Covers the user's store ([`open_store`]) with an empty read-only tmpfs,
-/// as root, in this launcher's own mount namespace
-/// ([`enter_at_start`]); returns the descriptor of the store underneath.
-pub fn cover_store(home: &Path, uid: u32) -> Result<Option<OwnedFd>, LaunchError> {
-    let store = open_store(home, uid)?;
-    if let Some(store) = &store {
+    // POSIX shared memory is files in /dev/shm, which no IPC namespace
+    // holds: a fresh tmpfs of the call's own; and the message queues of
+    // this IPC namespace where the host shows its own.
+    let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if Path::new("/dev/shm").is_dir() {
         nix::mount::mount(
-            Some("tono-view"),
-            &fd_path(store),
+            Some("tono-shm"),
+            "/dev/shm",
             Some("tmpfs"),
-            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some("size=4k,mode=0555"),
+            quiet,
+            Some("mode=1777"),
         )
-        .map_err(|e| refused("mount an empty folder over the key store", e))?;
+        .map_err(|e| refused("mount a fresh /dev/shm", e))?;
     }
-    Ok(store)
+    if Path::new("/dev/mqueue").is_dir() {
+        nix::mount::mount(
+            Some("mqueue"),
+            "/dev/mqueue",
+            Some("mqueue"),
+            quiet,
+            None::<&str>,
+        )
+        .map_err(|e| refused("mount this IPC namespace's /dev/mqueue", e))?;
+    }
+    Ok(true)
 }

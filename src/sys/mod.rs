@@ -13,14 +13,17 @@
 //!
 //! One file per kind of resource: [`spawn`] (starting the launcher or a tool),
 //! [`process`] (reaping, pidfds, signal dispositions), [`fd`] (inherited
-//! fds and no-follow opens), [`net`] (network namespaces).
+//! fds and no-follow opens), [`net`] (network namespaces), [`keyring`]
+//! (the call's own session keyring).
 
 pub mod fd;
+pub mod keyring;
 pub mod net;
 pub mod process;
 pub mod spawn;
 
 pub use fd::{close_fds_from, nothing_to_read, open_beneath, reader_gone, take_inherited_fd};
+pub use keyring::{join_anonymous_session_keyring, session_keyring_id};
 pub use net::{current_netns, in_netns_of, listen_in_netns_of, loopback_up, NetnsId};
 pub use process::{
     default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,

@@ -192,6 +192,7 @@ impl ProviderRun {
         let options = RunOptions {
             timeout,
             env: self.run_env.clone(),
+            provider_program: true,
             ..RunOptions::default()
         };
         let launched = launch_as(
@@ -230,6 +231,7 @@ impl ProviderRun {
             input: Input::Null,
             output: Output::Capture(limits.max_bytes),
             env: self.run_env.clone(),
+            provider_program: true,
             ..RunOptions::default()
         };
         let launcher = launcher.clone();

@@ -1,0 +1,249 @@
+//! The home as a call of the private view sees it: what its writes become,
+//! and what of it is hidden.
+//!
+//! The home is shared by every call of a user and outlives them, so
+//! without this one call's writes are the next call's code: a Python
+//! `.pth` file, `.bashrc`, a git hook, `.npmrc`. The operator chooses per
+//! user or per call ([`HomeMode`]); the default is the safe one.
+//!
+//! Guarantees:
+//! - `ephemeral` (the default): the call sees its home and may write it,
+//!   but every write lands in an overlay whose upper layer is a tmpfs of
+//!   the call's own mount namespace, and is gone when the call ends; the
+//!   real home is never written. `read-only`: the home is a read-only bind
+//!   of itself. `persistent`: today's shared home, the weakest (and what
+//!   `verify` reports as such).
+//! - In every mode `~/.tono` and each hidden path (the provider login
+//!   folders, the operator's list) are covered by an empty read-only tmpfs
+//!   (a file: by a read-only bind of `/dev/null`), in the view the tool
+//!   sees — on top of the overlay, where the cover of the lower folder
+//!   would not show. A path that does not exist is not made.
+//! - Root never follows a path the user controls: the home is opened once
+//!   `O_PATH|O_NOFOLLOW`, every mount is made onto a descriptor
+//!   (`/proc/self/fd/N`, which names that descriptor's own file), and each
+//!   hidden path is opened beneath the view's root with `openat2`
+//!   (`RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`): a link anywhere in it is
+//!   refused (`home_view_refused`), never followed.
+//! - Turn folders live outside the home (root's turn base): they stay
+//!   persistent whatever the mode.
+//! - Every mount is `nosuid,nodev`; the overlay's upper tmpfs is charged to
+//!   the call's memory cgroup by the kernel as the tool writes it.
+#![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use nix::sys::stat::Mode;
+
+use super::report::{LaunchError, Stage};
+use super::view::fd_path;
+use crate::env::home::{valid_hidden_path, HomeMode, HomeView};
+use crate::sys;
+
+fn refused(what: &str, e: Errno) -> LaunchError {
+    LaunchError::sys(Stage::View, "home_view_refused", what, e)
+}
+
+/// Opens `path` as root, `O_PATH|O_DIRECTORY`, its last component not
+/// followed.
+fn open_dir(path: &Path, what: &str) -> Result<OwnedFd, LaunchError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| LaunchError {
+            stage: Stage::View,
+            code: "home_missing".into(),
+            message: format!("open {what} {}: {e}", path.display()),
+            errno: e.raw_os_error(),
+        })
+}
+
+/// `mount(2)` onto the file an open descriptor names.
+fn mount_on(
+    source: Option<&str>,
+    target: &OwnedFd,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+    what: &str,
+) -> Result<(), LaunchError> {
+    nix::mount::mount(source, &fd_path(target), fstype, flags, data).map_err(|e| refused(what, e))
+}
+
+const QUIET: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
+/// As root, in the call's own mount namespace (made by
+/// [`super::view::enter_at_start`]), before the drop: makes the home of
+/// `view.mode` at `home` and covers `~/.tono` and every hidden path in it.
+pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), LaunchError> {
+    for path in &view.hidden {
+        valid_hidden_path(path)
+            .map_err(|m| LaunchError::new(Stage::Plan, "home_view_invalid", m))?;
+    }
+    let real = open_dir(home, "the home")?;
+    let seen = match view.mode {
+        HomeMode::Persistent => real,
+        HomeMode::ReadOnly => {
+            let source = fd_path(&real);
+            mount_on(
+                source.to_str(),
+                &real,
+                None,
+                MsFlags::MS_BIND,
+                None,
+                "bind the home onto itself",
+            )?;
+            // The bind is the top mount at the home's path now.
+            let bound = open_dir(home, "the home's bind")?;
+            mount_on(
+                None,
+                &bound,
+                None,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | QUIET,
+                None,
+                "make the home read-only",
+            )?;
+            bound
+        }
+        HomeMode::Ephemeral => overlay(home, &real, uid, gid)?,
+    };
+    cover(&seen, ".tono")?;
+    for path in &view.hidden {
+        cover(&seen, path)?;
+    }
+    Ok(())
+}
+
+/// The ephemeral home: an overlay of the real home (lower) and a tmpfs of
+/// this namespace's (upper), mounted over the home; returns its root.
+fn overlay(home: &Path, real: &OwnedFd, uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
+    let meta = nix::sys::stat::fstat(real.as_raw_fd()).map_err(|e| refused("fstat the home", e))?;
+    // The scratch tmpfs goes over the home itself, so no other path is
+    // touched; it is root's and 0700 until the overlay covers it.
+    mount_on(
+        Some("tono-home"),
+        real,
+        Some("tmpfs"),
+        QUIET,
+        Some("mode=0700"),
+        "mount the call's scratch tmpfs",
+    )?;
+    let scratch = open_dir(home, "the scratch tmpfs")?;
+    let mut made = Vec::with_capacity(2);
+    for name in [c"upper", c"work"] {
+        nix::sys::stat::mkdirat(
+            Some(scratch.as_raw_fd()),
+            name,
+            Mode::from_bits_truncate(0o700),
+        )
+        .map_err(|e| refused("mkdir in the scratch tmpfs", e))?;
+        let fd = sys::open_beneath(
+            scratch.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            refused(
+                "open in the scratch tmpfs",
+                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            )
+        })?;
+        made.push(fd);
+    }
+    let (upper, work) = (&made[0], &made[1]);
+    // The overlay's root takes the upper folder's owner and mode: the
+    // home's own.
+    nix::unistd::fchown(
+        upper.as_raw_fd(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .map_err(|e| refused("chown the upper folder", e))?;
+    nix::sys::stat::fchmod(
+        upper.as_raw_fd(),
+        Mode::from_bits_truncate(meta.st_mode & 0o7777),
+    )
+    .map_err(|e| refused("chmod the upper folder", e))?;
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        fd_path(real).display(),
+        fd_path(upper).display(),
+        fd_path(work).display()
+    );
+    mount_on(
+        Some("tono-home"),
+        &scratch,
+        Some("overlay"),
+        QUIET,
+        Some(&data),
+        "mount the ephemeral home (overlay)",
+    )?;
+    open_dir(home, "the ephemeral home")
+}
+
+/// Covers `path` beneath `root` with an empty read-only tmpfs (a folder)
+/// or a read-only bind of `/dev/null` (anything else); nothing when it
+/// does not exist. A link on the way is refused.
+fn cover(root: &OwnedFd, path: &str) -> Result<(), LaunchError> {
+    let name = std::ffi::CString::new(path)
+        .map_err(|_| LaunchError::new(Stage::Plan, "home_view_invalid", "a NUL in a path"))?;
+    let target = match sys::open_beneath(root.as_fd(), &name, OFlag::O_PATH, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => {
+            return Err(LaunchError {
+                stage: Stage::View,
+                code: "home_view_refused".into(),
+                message: format!("~/{path} cannot be opened without following a link: {e}"),
+                errno: e.raw_os_error(),
+            })
+        }
+    };
+    let meta =
+        nix::sys::stat::fstat(target.as_raw_fd()).map_err(|e| refused("fstat a hidden path", e))?;
+    let what = format!("cover ~/{path}");
+    if meta.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        mount_on(
+            Some("tono-view"),
+            &target,
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC | QUIET,
+            Some("size=4k,mode=0555"),
+            &what,
+        )
+    } else {
+        nix::mount::mount(
+            Some("/dev/null"),
+            &fd_path(&target),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| refused(&what, e))?;
+        // A bind takes its flags only from a remount; the bind is the top
+        // mount on that descriptor's path only through the path, so the
+        // remount goes by the parent's view: reopen it beneath the root.
+        let bound =
+            sys::open_beneath(root.as_fd(), &name, OFlag::O_PATH, Mode::empty()).map_err(|e| {
+                refused(
+                    &what,
+                    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                )
+            })?;
+        mount_on(
+            None,
+            &bound,
+            None,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | QUIET,
+            None,
+            &what,
+        )
+    }
+}

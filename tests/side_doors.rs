@@ -1,0 +1,504 @@
+//! The doors around a call that the private view's namespaces do not close
+//! by themselves: root's keyring, the home the next call runs from, the
+//! host's IPC, and the kernel's syscall surface. Each attack is reproduced
+//! as described in issue 33, and each denial is shown with its errno
+//! beside a control where the same probe works (the same program run as
+//! the same user outside tono-seal with `setpriv`, the shared view, or the
+//! `persistent` home).
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::{launcher, rt, TestUser};
+use serde_json::{json, Value};
+use tono_seal::classify::Policy;
+use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
+use tono_seal::env::HomeMode;
+use tono_seal::launch::view::View;
+use tono_seal::user::TargetUser;
+use tono_seal::Outcome;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Every syscall the filter refuses, tried once each with harmless
+/// arguments; prints `{name: errno}` (0: it worked). `clone` with
+/// `CLONE_NEWUSER` forks a child that exits at once; `unshare` comes last
+/// (where it works, it moves this process into a new user namespace).
+const SYSCALL_PROBE: &str = r#"
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    conv = [ctypes.c_char_p(a) if isinstance(a, bytes) else ctypes.c_long(a) for a in args]
+    r = libc.syscall(ctypes.c_long(nr), *conv)
+    return r, (0 if r >= 0 else ctypes.get_errno())
+NEWUSER = 0x10000000
+SIGCHLD = 17
+out = {}
+out["keyctl"] = call(250, 0, -3, 0)[1]
+out["request_key"] = call(249, b"user", b"tonotest-no-such-key", 0, 0)[1]
+out["add_key"] = call(248, b"user", b"tonotest-probe", 0, 0, -3)[1] if os.environ.get("PROBE_ADD_KEY") else None
+out["bpf"] = call(321, 0, 0, 0)[1]
+out["perf_event_open"] = call(298, 0, 0, -1, -1, 0)[1]
+out["userfaultfd"] = call(323, 0)[1]
+out["io_uring_setup"] = call(425, 1, 0)[1]
+out["io_uring_enter"] = call(426, -1, 0, 0, 0, 0, 0)[1]
+out["io_uring_register"] = call(427, -1, 0, 0, 0)[1]
+out["kexec_load"] = call(246, 0, 0, 0, 0)[1]
+out["kexec_file_load"] = call(320, -1, -1, 0, 0, 0)[1]
+out["init_module"] = call(175, 0, 0, 0)[1]
+out["finit_module"] = call(313, -1, 0, 0)[1]
+out["delete_module"] = call(176, 0, 0)[1]
+out["clone3"] = call(435, 0, 0)[1]
+r, e = call(56, NEWUSER | SIGCHLD, 0, 0, 0, 0)
+if r == 0:
+    os._exit(0)
+if r > 0:
+    os.waitpid(r, 0)
+out["clone_newuser"] = e
+out["x32_unshare_newuser"] = call(0x40000000 | 272, NEWUSER)[1]
+out["seccomp"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0]
+out["unshare_newuser"] = call(272, NEWUSER)[1]
+print(json.dumps(out))
+"#;
+
+async fn call_in(
+    user: &TargetUser,
+    grants: &[&str],
+    argv: &[&str],
+    options: RunOptions,
+) -> Outcome {
+    let grants: Vec<SecretGrant> = grants
+        .iter()
+        .map(|g| SecretGrant::parse(g).unwrap())
+        .collect();
+    let names: Vec<String> = grants.iter().map(|g| g.name.as_str().to_owned()).collect();
+    let call = json!({"tool": "spawn", "args": {"argv": argv, "secrets": names}});
+    let raw = serde_json::to_vec(&call).unwrap();
+    drop_and_run(&DropRequest {
+        launcher: &launcher(),
+        policy: &Policy::default(),
+        user,
+        grants: &grants,
+        call: &raw,
+        options,
+    })
+    .await
+}
+
+fn spawn(user: &TargetUser, grants: &[&str], argv: &[&str], options: RunOptions) -> Outcome {
+    rt().block_on(call_in(user, grants, argv, options))
+}
+
+fn sh(user: &TargetUser, grants: &[&str], script: &str, options: RunOptions) -> Outcome {
+    spawn(user, grants, &["/bin/sh", "-c", script], options)
+}
+
+fn private() -> RunOptions {
+    RunOptions::default()
+}
+
+fn with_home(mode: HomeMode) -> RunOptions {
+    RunOptions {
+        home: Some(mode),
+        ..RunOptions::default()
+    }
+}
+
+fn out(o: &Outcome) -> String {
+    o.stdout.clone()
+}
+
+fn err(o: &Outcome) -> String {
+    o.stderr.clone()
+}
+
+fn ran(o: &Outcome) -> String {
+    assert!(
+        o.launch_error.is_none() && o.exit_code == Some(0),
+        "the call did not run cleanly: {o:?}\nstderr: {}",
+        err(o)
+    );
+    out(o)
+}
+
+/// `argv` as `user` with `setpriv` (no tono-seal): the control.
+fn as_user_outside(user: &TargetUser, argv: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .args(argv)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(env.iter().copied())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv")
+}
+
+fn json_line(text: &str) -> Value {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {text:?}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn every_filtered_syscall_fails_with_eperm_in_a_call_and_works_outside_it() {
+    need_root!();
+    let u = TestUser::bare();
+    let user = u.user.clone();
+    // The control first: the same program, the same user, no tono-seal.
+    let outside = as_user_outside(&user, &[PYTHON, "-c", SYSCALL_PROBE], &[]);
+    assert!(outside.status.success(), "{outside:?}");
+    let outside = json_line(&String::from_utf8_lossy(&outside.stdout));
+    assert_eq!(outside["seccomp"], "0", "{outside}");
+    assert_eq!(
+        outside["unshare_newuser"], 0,
+        "user namespaces work here: {outside}"
+    );
+    assert_eq!(outside["clone_newuser"], 0, "{outside}");
+    assert_eq!(
+        outside["keyctl"], 0,
+        "the keyring is reachable here: {outside}"
+    );
+    assert_eq!(outside["request_key"], libc::ENOKEY, "{outside}");
+    assert_eq!(outside["clone3"], libc::EINVAL, "{outside}");
+    assert_eq!(outside["io_uring_setup"], libc::EFAULT, "{outside}");
+    assert_eq!(outside["io_uring_enter"], libc::EBADF, "{outside}");
+
+    for (what, options) in [
+        ("private", private()),
+        (
+            "shared",
+            RunOptions {
+                view: View::Shared,
+                ..RunOptions::default()
+            },
+        ),
+    ] {
+        let o = spawn(&user, &[], &[PYTHON, "-c", SYSCALL_PROBE], options);
+        let inside = json_line(&ran(&o));
+        assert_eq!(inside["seccomp"], "2", "{what}: {inside}");
+        for name in [
+            "keyctl",
+            "request_key",
+            "bpf",
+            "perf_event_open",
+            "userfaultfd",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "clone_newuser",
+            "x32_unshare_newuser",
+            "unshare_newuser",
+        ] {
+            assert_eq!(inside[name], libc::EPERM, "{what}: {name}: {inside}");
+        }
+        assert_eq!(inside["clone3"], libc::ENOSYS, "{what}: {inside}");
+    }
+    // A plain fork still works under the filter (clone without
+    // CLONE_NEWUSER), and so does the util-linux command's own attempt,
+    // refused by name.
+    let o = sh(
+        &user,
+        &[],
+        "echo forked $(echo child); unshare -U -r true; echo \"unshare rc=$?\"",
+        private(),
+    );
+    let text = ran(&o);
+    assert!(text.contains("forked child"), "{text}");
+    assert!(text.contains("unshare rc=1"), "{text}");
+    assert!(err(&o).contains("Operation not permitted"), "{}", err(&o));
+    let outside = as_user_outside(&user, &["unshare", "-U", "-r", "id", "-u"], &[]);
+    assert_eq!(String::from_utf8_lossy(&outside.stdout).trim(), "0");
+}
+
+/// Joins a new session keyring as root, puts a key in it, then runs argv
+/// (a worker started from a root login or as a service holds one).
+const KEYRING_HOLDER: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ses = libc.syscall(ctypes.c_long(250), ctypes.c_long(1), ctypes.c_char_p(b"tonotest-worker-session"))
+assert ses > 0, ctypes.get_errno()
+key = libc.syscall(ctypes.c_long(248), ctypes.c_char_p(b"user"), ctypes.c_char_p(b"tonotest-root-key"),
+                   ctypes.c_char_p(b"root-only-value"), ctypes.c_long(15), ctypes.c_long(-3))
+assert key > 0, ctypes.get_errno()
+print("holder key", key, flush=True)
+r = os.spawnv(os.P_WAIT, sys.argv[1], sys.argv[1:])
+# How many keys the session keyring holds once the call is over.
+buf = ctypes.create_string_buffer(4096)
+n = libc.syscall(ctypes.c_long(250), ctypes.c_long(11), ctypes.c_long(-3), buf, ctypes.c_long(4096))
+print("after", n // 4, flush=True)
+sys.exit(r)
+"#;
+
+/// What a tool finds of its keyrings: the keys it can see in /proc/keys
+/// (possessed keyrings show their keys there, whatever the uid), and
+/// whether a search of its session keyring finds root's key.
+const KEYRING_PROBE: &str = r#"
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ctypes.set_errno(0)
+r = libc.syscall(ctypes.c_long(250), ctypes.c_long(10), ctypes.c_long(-3), ctypes.c_char_p(b"user"),
+                 ctypes.c_char_p(b"tonotest-root-key"), ctypes.c_long(0))
+search = 0 if r > 0 else ctypes.get_errno()
+ctypes.set_errno(0)
+r = libc.syscall(ctypes.c_long(248), ctypes.c_char_p(b"user"), ctypes.c_char_p(b"tonotest-call-key"),
+                 ctypes.c_char_p(b"v"), ctypes.c_long(1), ctypes.c_long(-3))
+add = 0 if r > 0 else ctypes.get_errno()
+seen = [l for l in open("/proc/keys") if "tonotest-root-key" in l or "tonotest-worker-session" in l]
+print(json.dumps({"search": search, "add": add, "seen": len(seen)}))
+"#;
+
+fn holder(argv: &[&str]) -> (String, String) {
+    let o = Command::new(PYTHON)
+        .args(["-c", KEYRING_HOLDER])
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_tool_under_a_worker_holding_a_session_keyring_finds_and_adds_nothing() {
+    need_root!();
+    let u = TestUser::bare();
+    let user = u.user.clone();
+    let uid = user.uid.to_string();
+    let gid = user.gid.to_string();
+    // The control: the same probe as the user, started by setpriv from the
+    // same root process, possesses root's session keyring: it sees the
+    // key, finds it, and could add one that root then holds.
+    let (control, stderr) = holder(&[
+        "/usr/bin/setpriv",
+        &format!("--reuid={uid}"),
+        &format!("--regid={gid}"),
+        "--clear-groups",
+        PYTHON,
+        "-c",
+        KEYRING_PROBE,
+    ]);
+    let probe = json_line(&control);
+    assert_eq!(probe["search"], 0, "{control} {stderr}");
+    assert_eq!(probe["add"], 0, "{control} {stderr}");
+    assert!(probe["seen"].as_u64().unwrap() >= 2, "{control}");
+    assert!(
+        control.contains("after 2"),
+        "the control added a key root holds: {control}"
+    );
+
+    for view in ["private", "shared"] {
+        let (seen, stderr) = holder(&[
+            common::tono_bin().to_str().unwrap(),
+            "run",
+            "--user",
+            u.name(),
+            "--view",
+            view,
+            "--",
+            PYTHON,
+            "-c",
+            KEYRING_PROBE,
+        ]);
+        let probe = json_line(&seen);
+        assert_eq!(probe["search"], libc::EPERM, "{view}: {seen} {stderr}");
+        assert_eq!(probe["add"], libc::EPERM, "{view}: {seen} {stderr}");
+        // Without the filter in the way: /proc/keys lists what the tool
+        // possesses, and root's session keyring is no longer that.
+        assert_eq!(probe["seen"], 0, "{view}: {seen}");
+        assert!(
+            seen.contains("after 1"),
+            "{view}: root's keyring changed: {seen}"
+        );
+    }
+}
+
+#[test]
+fn a_pth_planted_by_one_call_does_not_run_in_the_next_unless_the_home_is_persistent() {
+    need_root!();
+    let u = TestUser::with_key();
+    u.seal("aws_key", b"AKIA-tonotest-side-door-value");
+    let user = u.user.clone();
+    let plant = r#"site=$(/usr/bin/python3 -m site --user-site) && mkdir -p "$site" &&
+        echo 'import os; open(os.path.expanduser("~/.stolen"), "a").write(os.environ.get("aws_key", "") + chr(10))' > "$site/tonotest.pth" &&
+        ls "$site" && echo planted"#;
+    let trigger = "/usr/bin/python3 -c 'print(\"python ran\")'";
+    let collect = "cat ~/.stolen; echo \"cat rc=$?\"";
+
+    // Ephemeral (the default): the call sees its own write, the next does not.
+    let o = sh(&user, &[], plant, private());
+    let text = ran(&o);
+    assert!(
+        text.contains("tonotest.pth") && text.contains("planted"),
+        "{text}"
+    );
+    let o = sh(&user, &["aws_key"], trigger, private());
+    assert!(ran(&o).contains("python ran"));
+    let o = sh(&user, &[], collect, private());
+    let text = out(&o);
+    assert!(text.contains("cat rc=1"), "{text}");
+    assert!(err(&o).contains("No such file or directory"), "{}", err(&o));
+    assert!(!text.contains("AKIA"), "{text}");
+    let real = user.home.join(".local");
+    assert!(!real.exists(), "the ephemeral call wrote the real home");
+
+    // Read-only: the write is refused with EROFS.
+    let o = sh(&user, &[], plant, with_home(HomeMode::ReadOnly));
+    assert!(err(&o).contains("Read-only file system"), "{}", err(&o));
+    assert!(!real.exists());
+
+    // The control: a persistent home is the door, open.
+    let o = sh(&user, &[], plant, with_home(HomeMode::Persistent));
+    assert!(ran(&o).contains("planted"));
+    let o = sh(
+        &user,
+        &["aws_key"],
+        trigger,
+        with_home(HomeMode::Persistent),
+    );
+    assert!(ran(&o).contains("python ran"));
+    let o = sh(&user, &[], collect, with_home(HomeMode::Persistent));
+    assert!(
+        ran(&o).contains("AKIA-tonotest-side-door-value"),
+        "the control did not reproduce the attack: {}",
+        out(&o)
+    );
+}
+
+#[test]
+fn provider_login_folders_are_empty_in_a_tool_call_and_whole_for_the_provider() {
+    need_root!();
+    let u = TestUser::bare();
+    u.sh("mkdir -p ~/.codex ~/.claude && echo token > ~/.codex/auth.json && echo t > ~/.claude/.credentials.json");
+    let user = u.user.clone();
+    let probe = "ls -A ~/.codex | wc -l; cat ~/.codex/auth.json; echo \"rc=$?\"; \
+                 touch ~/.codex/x; echo \"touch rc=$?\"; ls -A ~/.claude | wc -l";
+    for mode in HomeMode::ALL {
+        let o = sh(&user, &[], probe, with_home(mode));
+        let text = out(&o);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["0", "rc=1", "touch rc=1", "0"], "{mode}: {text}");
+        assert!(
+            err(&o).contains("No such file or directory"),
+            "{mode}: {}",
+            err(&o)
+        );
+        assert!(
+            err(&o).contains("Read-only file system"),
+            "{mode}: {}",
+            err(&o)
+        );
+    }
+    // The control: a provider's own program sees its login.
+    let o = sh(
+        &user,
+        &[],
+        "cat ~/.codex/auth.json",
+        RunOptions {
+            provider_program: true,
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(ran(&o), "token\n");
+}
+
+/// Makes (`make`) or looks up a SysV shared-memory segment of key 0x70a0
+/// and a file in /dev/shm; prints what it found, with the errno.
+const IPC_PROBE: &str = r#"
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+KEY = 0x70a0
+if sys.argv[1] == "make":
+    sid = libc.shmget(KEY, 4096, 0o1000 | 0o666)
+    open("/dev/shm/tonotest-side-door", "w").write("x")
+    os.chmod("/dev/shm/tonotest-side-door", 0o666)
+    print(json.dumps({"made": sid >= 0, "errno": ctypes.get_errno()}))
+else:
+    ctypes.set_errno(0)
+    sid = libc.shmget(KEY, 0, 0)
+    print(json.dumps({"found": sid >= 0, "errno": ctypes.get_errno(),
+                      "file": os.path.exists("/dev/shm/tonotest-side-door")}))
+"#;
+
+fn host_has_segment() -> bool {
+    std::fs::read_to_string("/proc/sysvipc/shm")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().next() == Some(&0x70a0.to_string()))
+}
+
+fn remove_host_ipc() {
+    let _ = Command::new("ipcrm").args(["-M", "0x70a0"]).output();
+    let _ = std::fs::remove_file("/dev/shm/tonotest-side-door");
+}
+
+#[test]
+fn a_shared_memory_segment_of_one_users_call_is_gone_for_another_users_call() {
+    need_root!();
+    let (a, b) = (TestUser::bare(), TestUser::bare());
+    let (ua, ub) = (a.user.clone(), b.user.clone());
+    remove_host_ipc();
+    let o = spawn(&ua, &[], &[PYTHON, "-c", IPC_PROBE, "make"], private());
+    assert_eq!(json_line(&ran(&o))["made"], true, "{}", out(&o));
+    assert!(
+        !host_has_segment(),
+        "the private call's segment is in the host's IPC"
+    );
+    let o = spawn(&ub, &[], &[PYTHON, "-c", IPC_PROBE, "find"], private());
+    let found = json_line(&ran(&o));
+    assert_eq!(found["found"], false, "{found}");
+    assert_eq!(found["errno"], libc::ENOENT, "{found}");
+    assert_eq!(found["file"], false, "{found}");
+
+    // The control: the shared view has the host's IPC, and the door.
+    let shared = || RunOptions {
+        view: View::Shared,
+        ..RunOptions::default()
+    };
+    let o = spawn(&ua, &[], &[PYTHON, "-c", IPC_PROBE, "make"], shared());
+    assert_eq!(json_line(&ran(&o))["made"], true);
+    assert!(host_has_segment(), "the control made no host segment");
+    let o = spawn(&ub, &[], &[PYTHON, "-c", IPC_PROBE, "find"], shared());
+    let found = json_line(&ran(&o));
+    remove_host_ipc();
+    assert_eq!(found["found"], true, "{found}");
+    assert_eq!(found["file"], true, "{found}");
+}
+
+#[test]
+fn a_home_mode_the_shared_view_cannot_make_is_refused_by_name() {
+    need_root!();
+    let u = TestUser::bare();
+    let o = sh(
+        &u.user,
+        &[],
+        "true",
+        RunOptions {
+            view: View::Shared,
+            home: Some(HomeMode::Ephemeral),
+            ..RunOptions::default()
+        },
+    );
+    let e = o.launch_error.expect("refused");
+    assert_eq!(e.code, "home_needs_private_view", "{e:?}");
+    assert!(e.message.contains("--home persistent"), "{}", e.message);
+}
