@@ -754,8 +754,13 @@ fn file_tools_run_as_the_user() {
     need_root!();
     let (a, b) = (TestUser::with_key(), TestUser::with_key());
     let rt = rt();
-    let call =
-        |user: &TargetUser, v: Value| rt.block_on(call_as(user, &[], v, RunOptions::default()));
+    // A persistent home: what one call writes, the next reads, and root
+    // looks at the real file (the default, ephemeral, keeps no write).
+    let persistent = || RunOptions {
+        home: Some(tono_seal::env::HomeMode::Persistent),
+        ..RunOptions::default()
+    };
+    let call = |user: &TargetUser, v: Value| rt.block_on(call_as(user, &[], v, persistent()));
     let out = call(
         &a.user,
         json!({"tool": "write_file", "args": {"path": "notes.txt", "content": "hello"}}),

@@ -98,7 +98,17 @@ fn every_tool_runs_as_the_user_through_the_one_path() {
     let (a, b) = (TestUser::with_key(), TestUser::with_key());
     a.seal("api", b"mcp-secret-value");
     rt().block_on(async {
-        let (client, _, _) = connect(&["--user", a.name(), "--secret", "api=API_KEY"]).await;
+        // A persistent home: the file tools below write in one call what
+        // the next reads (the default, ephemeral, keeps no write).
+        let (client, _, _) = connect(&[
+            "--user",
+            a.name(),
+            "--secret",
+            "api=API_KEY",
+            "--home",
+            "persistent",
+        ])
+        .await;
         let info = client.peer().peer_info().expect("server info");
         assert_eq!(
             info.server_info.as_ref().map(|i| i.name.as_str()),

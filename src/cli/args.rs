@@ -468,6 +468,10 @@ pub enum Command {
         /// The network the probe calls get, as `run --network`.
         #[arg(long, value_enum)]
         network: Option<NetworkArg>,
+        /// The home the probe calls get, as `run --home` (default: the env
+        /// config's, else `ephemeral`).
+        #[arg(long, value_enum)]
+        home: Option<HomeArg>,
     },
     /// Classify raw tool calls, one JSON line each on stdin.
     Classify {

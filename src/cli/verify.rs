@@ -27,6 +27,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
             audit,
             env,
             network,
+            home,
         } => {
             let roles = match (agent, executor, gate) {
                 (Some(a), Some(e), Some(g)) => {
@@ -53,6 +54,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 audit,
                 env,
                 network,
+                home: home.map(Into::into),
             };
             run(launcher, &users, code, plan, json.json).await
         }
@@ -86,13 +88,17 @@ async fn run(
     }
     code.insert(1.min(code.len()), launcher.path().to_path_buf());
     let plan = plan(users, code);
-    let network = crate::drop::RunOptions {
+    let options = crate::drop::RunOptions {
         env: plan.env.clone(),
         network: plan.network,
+        home: plan.home,
         ..crate::drop::RunOptions::default()
-    }
-    .network_mode()
-    .map_err(|e| CliError::usage(e.message))?;
+    };
+    let network = options
+        .network_mode()
+        .map_err(|e| CliError::usage(e.message))?;
+    // The mode of a user the config names nowhere.
+    let home = options.home.or(plan.env.config.home).unwrap_or_default();
     let probes = verify(launcher, &plan)
         .await
         .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
@@ -101,6 +107,7 @@ async fn run(
     if json {
         print_json(&serde_json::json!({
             "network": network,
+            "home": home,
             "passed": probes.len() - failed,
             "failed": failed,
             "inconclusive": inconclusive,
@@ -139,6 +146,14 @@ async fn run(
             "calls get network {network}{}",
             if network == crate::env::Network::Host {
                 " (the weakest: a call reaches whatever the host reaches; choose none or proxy)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "calls get home {home}{}",
+            if home == crate::env::HomeMode::Persistent {
+                " (the weakest: what one call writes to the home, the next call runs; choose ephemeral or read-only)"
             } else {
                 ""
             }

@@ -91,17 +91,20 @@ pub struct RunOptions {
 impl RunOptions {
     /// The home the call gets: the call's mode, else the env config's for
     /// `user`, else `ephemeral`; the store, every provider's login folder
-    /// and the config's hidden paths covered. A mode other than
-    /// `persistent` in the shared view is refused (`home_needs_private_view`):
-    /// it has no mount namespace to make one in, and nothing falls back.
+    /// and the config's hidden paths covered. The shared view has the real
+    /// home: a call of it that asks for another mode is refused
+    /// (`home_needs_private_view`; it has no mount namespace to make one
+    /// in, and nothing falls back); the config's mode is the private
+    /// view's.
     pub fn home_view(&self, user: &str) -> Result<HomeView, LaunchError> {
         let config = &self.env.config;
         if self.provider_program {
             return Ok(HomeView::persistent());
         }
-        let chosen = self.home.or_else(|| config.home_for(user));
         if self.view == crate::launch::view::View::Shared {
-            return match chosen {
+            // The config's mode is for the private view; only a mode the
+            // call itself asks for can be one the shared view cannot make.
+            return match self.home {
                 None | Some(HomeMode::Persistent) => Ok(HomeView::persistent()),
                 Some(other) => Err(LaunchError::new(
                     Stage::Plan,
@@ -113,6 +116,7 @@ impl RunOptions {
                 )),
             };
         }
+        let chosen = self.home.or_else(|| config.home_for(user));
         let mut hidden: Vec<String> = crate::env::Provider::ALL
             .iter()
             .map(|p| config.provider(*p).login_dir)

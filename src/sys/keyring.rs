@@ -49,3 +49,33 @@ pub fn session_keyring_id() -> Result<i32, Errno> {
     };
     Errno::result(rc).map(|serial| serial as i32)
 }
+
+/// `KEYCTL_INVALIDATE` (`linux/keyctl.h`).
+const KEYCTL_INVALIDATE: libc::c_long = 21;
+
+/// Adds a `user` key `description` holding `payload` to this process's
+/// session keyring; returns its serial.
+pub fn add_session_key(description: &std::ffi::CStr, payload: &[u8]) -> Result<i32, Errno> {
+    // SAFETY: add_key reads the NUL-terminated type and description and
+    // `payload.len()` bytes at `payload`, all live for the call; it
+    // returns a serial or -1.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            description.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            KEY_SPEC_SESSION_KEYRING as libc::c_long,
+        )
+    };
+    Errno::result(rc).map(|serial| serial as i32)
+}
+
+/// Invalidates key `serial` (it is gone for every keyring at once).
+pub fn invalidate_key(serial: i32) -> Result<(), Errno> {
+    // SAFETY: keyctl(KEYCTL_INVALIDATE, serial) takes two integers and
+    // touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_INVALIDATE, serial as libc::c_long) };
+    Errno::result(rc).map(drop)
+}

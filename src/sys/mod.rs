@@ -23,7 +23,9 @@ pub mod process;
 pub mod spawn;
 
 pub use fd::{close_fds_from, nothing_to_read, open_beneath, reader_gone, take_inherited_fd};
-pub use keyring::{join_anonymous_session_keyring, session_keyring_id};
+pub use keyring::{
+    add_session_key, invalidate_key, join_anonymous_session_keyring, session_keyring_id,
+};
 pub use net::{current_netns, in_netns_of, listen_in_netns_of, loopback_up, NetnsId};
 pub use process::{
     default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,

@@ -15,6 +15,7 @@ use super::containment::containment_probes;
 use super::machine::machine_facts;
 use super::network::network_probes;
 use super::probe::{fact, Expect, Probe, Verdict, VerifyPlan};
+use super::side_doors::side_door_probes;
 use super::tree_walk::{walk, MAX_ENTRIES};
 use crate::classify::Policy;
 use crate::drop::launch_as::launch_as;
@@ -395,6 +396,7 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
         audit: plan.audit.clone(),
         env: plan.env.clone(),
         network: plan.network,
+        home: plan.home,
         ..RunOptions::default()
     };
     let run = |user: &TargetUser, command: String, timeout: Duration| {
@@ -508,6 +510,7 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
     if let Some(first) = plan.users.first() {
         probes.extend(containment_probes(launcher, first, &options).await);
         probes.extend(network_probes(launcher, first, &options).await);
+        probes.extend(side_door_probes(launcher, first, plan.users.get(1), &options).await);
     }
     Ok(probes)
 }

@@ -84,6 +84,7 @@ pub async fn containment_probes(
                 ps -e -o pid= | wc -l";
     let shared = RunOptions {
         view: crate::launch::view::View::Shared,
+        home: None,
         ..base.clone()
     };
     let host = shell(launcher, user, look.into(), shared).await;

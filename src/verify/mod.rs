@@ -9,7 +9,9 @@
 //! what was expected, what happened and whether it passed
 //! ([`probe::Probe`]). Containment is probed as a user — escapes, a fork
 //! past the limit, an allocation past it ([`containment`]) — and so is the
-//! call's network, each mode beside the host's as control ([`network`]). The code trees
+//! call's network, each mode beside the host's as control ([`network`]),
+//! and the doors around a call — its syscall filter, root's keyring, its
+//! IPC, its home's mode and the login folders ([`side_doors`]). The code trees
 //! are walked entry by entry, bounded, never through a link
 //! ([`tree_walk`]). Facts about the machine are read by root from
 //! root-owned files only ([`machine`]); anything in a home is inspected as
@@ -22,6 +24,7 @@ pub mod containment;
 pub mod machine;
 pub mod network;
 pub mod probe;
+pub mod side_doors;
 pub mod tree_walk;
 
 pub use as_user::verify;

@@ -64,6 +64,8 @@ pub struct VerifyPlan {
     pub env: crate::env::RunEnv,
     /// The network the probe calls get (as a worker's calls would).
     pub network: Option<crate::env::Network>,
+    /// The home the probe calls get (as a worker's calls would).
+    pub home: Option<crate::env::HomeMode>,
 }
 
 /// The three uids of the three-uid mode.
