@@ -20,7 +20,7 @@ use tono_seal::audit::{AuditConfig, AuditLog};
 use tono_seal::classify::Policy;
 use tono_seal::drop::Launcher;
 use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
-use tono_seal::env::{EnvConfig, Network, RunEnv};
+use tono_seal::env::{EnvConfig, HomeMode, Network, RunEnv};
 use tono_seal::launch::view::View;
 use tono_seal::turn::account;
 use tono_seal::user::TargetUser;
@@ -272,6 +272,33 @@ fn main() {
         "6fo drop_and_run, 3 secrets, network none, launcher per call",
         Box::new(|| drop_call_on(Network::None, &fresh_launcher)),
     ));
+    // The home's mode: case 6 has the default, ephemeral (an overlay on a
+    // tmpfs per call); 6h the real home, 6r a read-only bind of it. The
+    // difference to case 6 is what the overlay costs per call.
+    let drop_call_home = |home: HomeMode| {
+        let options = RunOptions {
+            home: Some(home),
+            ..RunOptions::default()
+        };
+        let req = DropRequest {
+            launcher: &launcher,
+            policy: &policy,
+            user: &user,
+            grants: &grants,
+            call: &call_secrets,
+            options,
+        };
+        let out = rt.block_on(drop_and_run(&req));
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+    };
+    cases.push((
+        "6h drop_and_run, 3 secrets, home persistent (no overlay)",
+        Box::new(|| drop_call_home(HomeMode::Persistent)),
+    ));
+    cases.push((
+        "6r drop_and_run, 3 secrets, home read-only",
+        Box::new(|| drop_call_home(HomeMode::ReadOnly)),
+    ));
     cases.push((
         "6v drop_and_run, 3 secrets, shared view (no namespaces, no mask)",
         Box::new(|| drop_call_audited(&call_secrets, true, &user, &launcher, None, View::Shared)),
@@ -358,6 +385,21 @@ fn main() {
         medians[5],
         medians[10] - medians[5],
         medians[10]
+    );
+    let median_of = |prefix: &str| {
+        cases
+            .iter()
+            .position(|(label, _)| label.starts_with(prefix))
+            .map(|i| medians[i])
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "the ephemeral home's overlay costs {:.0} µs a call (6 {:.0} - 6h {:.0} µs), a read-only home {:.0} µs (6r {:.0} µs), medians",
+        medians[5] - median_of("6h "),
+        medians[5],
+        median_of("6h "),
+        median_of("6r ") - median_of("6h "),
+        median_of("6r ")
     );
     let dir = common::write_result("drop.json", &serde_json::Value::Array(rows));
     let json: Vec<serde_json::Value> =
