@@ -461,3 +461,83 @@ fn a_log_rotated_by_size_verifies_as_one_chain_and_a_lost_file_is_named() {
         "{said} (first seq after the gap {first_after})"
     );
 }
+
+#[test]
+fn audit_show_prints_a_forged_tool_and_secret_name_escaped_one_line_per_record() {
+    need_root!();
+    let dir = AuditDir::new("show");
+    let log = dir.log();
+    let log_arg = log.to_str().unwrap();
+    let u = TestUser::with_key();
+    // What a caller of `serve` chooses: a newline (a forged row), colours,
+    // a bell, a right-to-left override, and a backslash.
+    let forged = "x\n\x1b[31mROOT\x07\u{202e}gnp.exe\\";
+    let input = [
+        json!({"id": 1, "user": u.name(),
+               "call": {"tool": "shell", "args": {"command": "true"}}}),
+        json!({"id": 2, "user": u.name(),
+               "call": {"tool": forged, "args": {"secrets": [forged]}}}),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect::<String>();
+    let out = tono(&["serve", "--stdio", "--audit", log_arg], input.as_bytes());
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 0, "the chain is intact: {said}");
+    let stored = records(&log);
+    assert_eq!(stored.len(), 2);
+    let forged_record = stored
+        .iter()
+        .find(|r| r.tool.as_deref() == Some(forged))
+        .expect("the forged tool name is stored as it came");
+    assert_eq!(forged_record.secrets_requested, [forged]);
+
+    let raw = |shown: &[u8], what: &str| {
+        for (bytes, name) in [
+            (&b"\x1b"[..], "ESC"),
+            (&b"\x07"[..], "BEL"),
+            ("\u{202e}".as_bytes(), "U+202E"),
+        ] {
+            assert!(
+                !shown.windows(bytes.len()).any(|w| w == bytes),
+                "{what} holds a raw {name}:\n{}",
+                String::from_utf8_lossy(shown)
+            );
+        }
+    };
+
+    let table = tono(&["audit", "show", log_arg], b"");
+    assert!(table.status.success(), "{}", common::stderr(&table));
+    raw(&table.stdout, "the table");
+    let text = stdout(&table);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and one line per record:\n{text}");
+    // Positive control: a plain tool name is printed as it is.
+    assert!(lines.iter().any(|l| l.contains(" shell ")), "{text}");
+    let escaped = r"x\n\x1b[31mROOT\x07\u{202e}gnp.exe\\";
+    let row = lines
+        .iter()
+        .find(|l| l.contains(escaped))
+        .unwrap_or_else(|| panic!("no row shows the forged tool escaped:\n{text}"));
+    assert!(
+        row.contains(&format!("!{escaped}")),
+        "the secret name, not granted, escaped: {row}"
+    );
+
+    let json_out = tono(&["audit", "show", "--json", log_arg], b"");
+    assert!(json_out.status.success(), "{}", common::stderr(&json_out));
+    raw(&json_out.stdout, "the JSON lines");
+    let text = stdout(&json_out);
+    let shown: Vec<AuditRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(shown.len(), 2, "one line per record:\n{text}");
+    assert!(text.contains(r"\u202e"), "{text}");
+    // The same values as stored.
+    assert_eq!(
+        shown.iter().map(|r| r.tool.clone()).collect::<Vec<_>>(),
+        stored.iter().map(|r| r.tool.clone()).collect::<Vec<_>>()
+    );
+}

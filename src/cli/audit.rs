@@ -1,5 +1,12 @@
 //! `audit verify` (check a log's hash chain across its rotated files) and
 //! `audit show` (its records as a table or JSON lines). Both only read.
+//!
+//! Guarantees: `audit show` prints nothing a terminal acts on or shows as
+//! nothing, whatever a record holds (a tool or secret name is the caller's
+//! choice): every column of the table is escaped by
+//! [`super::printable::for_terminal`], so a record is always one line, and
+//! each JSON line is the stored one with those characters as `\u`
+//! escapes ([`super::printable::json_for_terminal`]), the same value.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -7,6 +14,7 @@ use std::path::PathBuf;
 
 use super::args::AuditAction;
 use super::exit::{self, CliError};
+use super::printable::{for_terminal, json_for_terminal};
 use crate::audit::{rotated_set, verify_files, AuditRecord};
 
 /// Runs `audit verify` or `audit show`.
@@ -90,10 +98,11 @@ fn secrets_column(record: &AuditRecord) -> String {
         .secrets_requested
         .iter()
         .map(|name| {
+            let shown = for_terminal(name);
             if record.secrets_granted.contains(name) {
-                name.clone()
+                shown.into_owned()
             } else {
-                format!("!{name}")
+                format!("!{shown}")
             }
         })
         .collect::<Vec<_>>()
@@ -153,7 +162,9 @@ fn show(
                 }
             }
             if json {
-                out.write_all(&line).map_err(io)?;
+                let line = String::from_utf8_lossy(&line);
+                out.write_all(json_for_terminal(&line).as_bytes())
+                    .map_err(io)?;
                 out.write_all(b"\n").map_err(io)?;
                 continue;
             }
@@ -167,16 +178,16 @@ fn show(
                 out,
                 "{:>6}  {:<27} {:<16} {:>6}  {:<12} {:<7} {:<18} {:<20} {:>8} {:>9.1}  {}",
                 record.seq,
-                record.time,
-                record.user.as_deref().unwrap_or("-"),
+                for_terminal(&record.time),
+                for_terminal(record.user.as_deref().unwrap_or("-")),
                 record.uid.map_or("-".into(), |u| u.to_string()),
-                record.tool.as_deref().unwrap_or("-"),
-                record.verdict,
-                record.reason_code,
+                for_terminal(record.tool.as_deref().unwrap_or("-")),
+                for_terminal(&record.verdict),
+                for_terminal(&record.reason_code),
                 secrets_column(&record),
                 ended,
                 record.duration_us as f64 / 1000.0,
-                record.launch_error.as_deref().unwrap_or("")
+                for_terminal(record.launch_error.as_deref().unwrap_or(""))
             )
             .map_err(io)?;
         }

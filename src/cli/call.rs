@@ -1,6 +1,12 @@
 //! `run` (a program as the user, its exit code passed on) and `call` (one
 //! JSON tool call from stdin, its outcome as JSON): both through
 //! `drop_and_run` with the default policy, like any worker call.
+//!
+//! Guarantees: `run`'s program never holds this process's stdin, stdout or
+//! stderr (under a terminal, the operator's terminal): it gets pipes that
+//! this process feeds from its stdin and copies to its stdout and stderr
+//! as bytes arrive, so in the private view all it writes passes the
+//! launcher's masking relay; `run` ends when the program does.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -41,8 +47,11 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
             let options = RunOptions {
                 timeout: Duration::from_secs(timeout),
-                input: Input::Inherit,
-                output: Output::Inherit,
+                // Pipes the worker relays, never its own fds: under a
+                // terminal those are the operator's terminal, which the
+                // program could read keys from and write to unmasked.
+                input: Input::Relay,
+                output: Output::Relay,
                 env: env.load()?,
                 audit: audit.open()?,
                 allotted: scope.range(),

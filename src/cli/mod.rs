@@ -18,6 +18,7 @@ pub mod keys;
 pub mod manual;
 pub mod mcp;
 pub mod memscan;
+pub mod printable;
 pub mod serve;
 pub mod verify;
 

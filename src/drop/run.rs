@@ -133,7 +133,7 @@ async fn stay_read(
     let config = FetchConfig {
         max_body: match req.options.output {
             Output::Capture(cap) => cap,
-            Output::Inherit => DEFAULT_MAX_BODY,
+            Output::Relay | Output::Inherit => DEFAULT_MAX_BODY,
         },
         timeout: req.options.timeout.min(DEFAULT_TIMEOUT),
         ..FetchConfig::default()

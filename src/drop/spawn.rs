@@ -4,7 +4,12 @@
 //! pipe (fd 3) and its status pipe (fd 4), and no other fd of the worker
 //! (every worker fd is CLOEXEC or closed by the launcher's `close_range`),
 //! whether it was started for the call or taken waiting from
-//! [`super::pool`]; its plan is written only once the call's cgroups exist.
+//! [`super::pool`]; its stdin is `/dev/null` or a pipe and its stdout and
+//! stderr are pipes, except for the key built-ins whose stdin or stdout
+//! carries a secret's value ([`Input::Inherit`], [`Output::Inherit`]): a
+//! program never holds the worker's own stdio, so under a terminal never
+//! the operator's terminal; its plan is written only once the call's
+//! cgroups exist.
 //! The child is watched through a pidfd; when it exits, or its timeout
 //! fires, its whole process group is killed while the exited leader is not
 //! yet reaped (so the group id cannot have been reused), then it is reaped.
@@ -24,6 +29,7 @@ use tokio::net::unix::pipe;
 use super::pool;
 use super::proxy;
 use super::start::{open_null, start, start_in_cgroup, Launcher, Started};
+use super::stdio::{self, Relayed, Target};
 use crate::contain::{self, AppliedLimits, CallCgroup, Counters};
 use crate::env::{Network, ProxyUpstream};
 use crate::launch::plan::LaunchPlan;
@@ -39,7 +45,19 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 pub enum Input {
     /// `/dev/null`.
     Null,
-    /// The worker's own stdin (the CLI's `seal`, `import`).
+    /// A pipe the worker feeds from its own stdin, by a thread of its own,
+    /// until end of file, until the program closes it, or until the call
+    /// ends ([`super::stdio::feed_stdin`]): the program reads what the
+    /// operator types but never holds the worker's stdin, which under a
+    /// terminal is the terminal itself, open for writing too. The CLI's
+    /// `run`.
+    Relay,
+    /// The worker's own stdin, the descriptor itself. Only for the key
+    /// built-ins `seal` and `import`: their stdin carries a secret's value,
+    /// which goes to the launcher (running as the user) and must never
+    /// pass through the worker's memory (the worker holds no plaintext).
+    /// Never for a program: under a terminal it would hold the operator's
+    /// terminal.
     Inherit,
 }
 
@@ -48,7 +66,18 @@ pub enum Input {
 pub enum Output {
     /// Captured, at most this many bytes per stream (the rest is drained).
     Capture(usize),
-    /// The worker's own stdout/stderr (the CLI's `run`, `reveal`).
+    /// Pipes whose bytes the worker writes on to its own stdout and stderr
+    /// as they arrive, by a thread of its own ([`super::stdio`]): no cap,
+    /// nothing kept, nothing tapped. The program never holds the worker's
+    /// stdout or stderr, and in the private view what it writes leaves
+    /// only through the launcher's masking relay. The CLI's `run`.
+    Relay,
+    /// The worker's own stdout and stderr, the descriptors themselves. Only
+    /// for the key built-in `reveal`: its stdout carries the secret's
+    /// value, which goes from the launcher (running as the user) straight
+    /// out and must never pass through the worker's memory (the worker
+    /// holds no plaintext). Never for a program: under a terminal it would
+    /// hold the operator's terminal.
     Inherit,
 }
 
@@ -151,6 +180,13 @@ async fn read_some(rx: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> io::Resul
     }
 }
 
+async fn relay_ended(relayed: &mut Option<Relayed>) {
+    match relayed {
+        Some(relayed) => relayed.ended().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -231,21 +267,36 @@ pub async fn launch_tapped(
     mut tap: Option<Tap>,
 ) -> Result<Finished, LaunchError> {
     let path = launcher.check_installed()?;
-    let capture = matches!(output, Output::Capture(_));
+    // The launcher's stdout and stderr are pipes unless they are the
+    // worker's own.
+    let piped = output != Output::Inherit;
     let limits = setup.as_ref().and_then(|s| s.cgroup_limits);
     let namespaces = plan.namespaces();
+    // A pooled launcher waits with stdin `/dev/null` and output captured.
     let pooled = match limits {
-        Some(limits) if launcher.pooled && input == Input::Null && capture => {
+        Some(limits)
+            if launcher.pooled && input == Input::Null && matches!(output, Output::Capture(_)) =>
+        {
             pool::take(&path, namespaces, limits)
         }
         _ => None,
     };
     let started = Instant::now();
+    // The worker's end of a relayed stdin's pipe.
+    let mut feed = None;
     let (launched, placed) = match pooled {
         Some(ready) => (ready.started, Some((ready.cgroup, ready.limits))),
         None => {
-            let null = match input {
+            // The launcher's stdin; dropped (the worker's copy closed) once
+            // it has started.
+            let stdin = match input {
                 Input::Null => Some(open_null().map_err(|e| spawn_error("open /dev/null", e))?),
+                Input::Relay => {
+                    let (r, w) =
+                        sys::pipe_above_status().map_err(|e| spawn_error("stdin pipe", e))?;
+                    feed = Some(w);
+                    Some(r)
+                }
                 Input::Inherit => None,
             };
             let starting = format!("start {}", path.display());
@@ -258,12 +309,12 @@ pub async fn launch_tapped(
                 // the launcher loads instead (`setup.prepare`).
                 Some(limits) if contain::v2_only(contain::mounts()) => {
                     let (started, cgroup, applied) =
-                        start_in_cgroup(&path, null.as_ref(), capture, namespaces, false, limits)
+                        start_in_cgroup(&path, stdin.as_ref(), piped, namespaces, false, limits)
                             .map_err(|e| spawn_error(&starting, e))?;
                     (started, Some((cgroup, applied)))
                 }
                 _ => {
-                    let started = start(&path, null.as_ref(), capture, namespaces, false)
+                    let started = start(&path, stdin.as_ref(), piped, namespaces, false)
                         .map_err(|e| spawn_error(&starting, e))?;
                     (started, None)
                 }
@@ -281,6 +332,12 @@ pub async fn launch_tapped(
         unreaped: Some(Pid::from_raw(pid)),
         cgroup: None,
     };
+    // Fed until the call ends: dropped with this function, however it
+    // returns.
+    let _feeder = feed
+        .map(stdio::feed_stdin)
+        .transpose()
+        .map_err(|e| spawn_error("feed stdin", e))?;
     // Unless the launcher started inside it, the cgroup is made while a
     // fresh launcher loads; a launcher waits for its plan before it does
     // anything, so it cannot start outside it. A pooled launcher, or one
@@ -317,6 +374,18 @@ pub async fn launch_tapped(
     let pidfd = sys::pidfd_open(pid as u32).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;
     let receiver = |fd: std::os::fd::OwnedFd| pipe::Receiver::from_owned_fd(fd);
+    // Relayed output goes to the worker's own streams by threads of its
+    // own; captured output is read here.
+    let (stdout, stderr, mut relayed) = if output == Output::Relay {
+        let streams = [(stdout, Target::Stdout), (stderr, Target::Stderr)]
+            .into_iter()
+            .filter_map(|(fd, target)| Some((fd?, target)))
+            .collect();
+        let relayed = stdio::relay_output(streams).map_err(|e| spawn_error("relay output", e))?;
+        (None, None, Some(relayed))
+    } else {
+        (stdout, stderr, None)
+    };
     let mut out_rx = stdout
         .map(receiver)
         .transpose()
@@ -331,7 +400,7 @@ pub async fn launch_tapped(
 
     let cap = match output {
         Output::Capture(cap) => cap,
-        Output::Inherit => 0,
+        Output::Relay | Output::Inherit => 0,
     };
     let mut captured_out = Captured::default();
     let mut captured_err = Captured::default();
@@ -345,7 +414,12 @@ pub async fn launch_tapped(
     let mut drain_until: Option<tokio::time::Instant> = None;
 
     loop {
-        if exit.is_some() && out_rx.is_none() && err_rx.is_none() && status_rx.is_none() {
+        if exit.is_some()
+            && out_rx.is_none()
+            && err_rx.is_none()
+            && relayed.is_none()
+            && status_rx.is_none()
+        {
             break;
         }
         tokio::select! {
@@ -368,6 +442,7 @@ pub async fn launch_tapped(
                 }
                 _ => err_rx = None,
             },
+            _ = relay_ended(&mut relayed) => relayed = None,
             r = read_some(&mut status_rx, &mut buf_status) => match r {
                 Ok(n) if n > 0 && status_bytes.len() + n <= MAX_STATUS_BYTES => status_bytes.extend_from_slice(&buf_status[..n]),
                 _ => status_rx = None,

@@ -108,9 +108,9 @@ pub struct Started {
     pub plan: OwnedFd,
     /// Where its status comes from.
     pub status: OwnedFd,
-    /// Its stdout, when captured.
+    /// Its stdout, when piped.
     pub stdout: Option<OwnedFd>,
-    /// Its stderr, when captured.
+    /// Its stderr, when piped.
     pub stderr: Option<OwnedFd>,
 }
 
@@ -125,20 +125,21 @@ impl Started {
     }
 }
 
-/// Starts a launcher at `path` with stdin from `stdin` (or the worker's),
-/// and stdout/stderr into fresh pipes when `capture`, else the worker's;
-/// in `namespaces` (a PID namespace of its own, whose init it is, for a
+/// Starts a launcher at `path` with stdin from `stdin` (or the worker's
+/// own: only the key built-ins `seal` and `import`), and stdout/stderr
+/// into fresh pipes when `piped` (to be captured or relayed), else the
+/// worker's own (only the key built-in `reveal`); in `namespaces` (a PID namespace of its own, whose init it is, for a
 /// call of the private view, see [`crate::launch::view`]; a network
 /// namespace of its own, see [`crate::launch::network`]); with
 /// `ahead_of_need` told that it may prepare while it waits (the pool).
 pub fn start(
     path: &Path,
     stdin: Option<&OwnedFd>,
-    capture: bool,
+    piped: bool,
     namespaces: sys::NewNamespaces,
     ahead_of_need: bool,
 ) -> io::Result<Started> {
-    start_in(path, stdin, capture, namespaces, ahead_of_need, None).map(|(s, _)| s)
+    start_in(path, stdin, piped, namespaces, ahead_of_need, None).map(|(s, _)| s)
 }
 
 /// [`start`] inside a fresh call cgroup with `limits` (`pids.max`, memory
@@ -150,7 +151,7 @@ pub fn start(
 pub fn start_in_cgroup(
     path: &Path,
     stdin: Option<&OwnedFd>,
-    capture: bool,
+    piped: bool,
     namespaces: sys::NewNamespaces,
     ahead_of_need: bool,
     limits: (u64, u64),
@@ -158,7 +159,7 @@ pub fn start_in_cgroup(
     let (cgroup, applied) = CallCgroup::create(contain::mounts(), UNASSIGNED, limits.0, limits.1)?;
     let placed = cgroup.open_v2().and_then(|v2| {
         let (started, in_v2) =
-            start_in(path, stdin, capture, namespaces, ahead_of_need, v2.as_ref())?;
+            start_in(path, stdin, piped, namespaces, ahead_of_need, v2.as_ref())?;
         let pid = started.pid as u32;
         let entered = if in_v2 {
             cgroup.enter_v1(pid)
@@ -187,7 +188,7 @@ pub fn start_in_cgroup(
 fn start_in(
     path: &Path,
     stdin: Option<&OwnedFd>,
-    capture: bool,
+    piped: bool,
     namespaces: sys::NewNamespaces,
     ahead_of_need: bool,
     into_cgroup: Option<&OwnedFd>,
@@ -195,7 +196,7 @@ fn start_in(
     let c_path = CString::new(path.as_os_str().as_bytes())?;
     let (plan_r, plan_w) = sys::pipe_above_status()?;
     let (status_r, status_w) = sys::pipe_above_status()?;
-    let (out, err) = if capture {
+    let (out, err) = if piped {
         (
             Some(sys::pipe_above_status()?),
             Some(sys::pipe_above_status()?),
