@@ -127,13 +127,23 @@ fn main() {
         ("IPC namespace: unshare(CLONE_NEWIPC)", ipc),
         ("IPC: fresh /dev/shm and /dev/mqueue", ipc_mounts),
     ];
-    println!("{:<44} {:>10} {:>10}", "step (median of rounds)", "µs", "÷setpriv");
-    println!("{:<44} {:>10.1} {:>10.3}", "setpriv … /bin/true (the peer)", setpriv, 1.0);
+    println!(
+        "{:<44} {:>10} {:>10}",
+        "step (median of rounds)", "µs", "÷setpriv"
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.3}",
+        "setpriv … /bin/true (the peer)", setpriv, 1.0
+    );
     let mut total = 0.0;
     for (label, step) in steps {
         let t = timed_in_thread(rounds, step);
         total += t;
         println!("{label:<44} {t:>10.1} {:>10.3}", t / setpriv);
     }
-    println!("{:<44} {total:>10.1} {:>10.3}", "all of them, per call", total / setpriv);
+    println!(
+        "{:<44} {total:>10.1} {:>10.3}",
+        "all of them, per call",
+        total / setpriv
+    );
 }

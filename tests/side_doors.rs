@@ -350,6 +350,8 @@ fn a_pth_planted_by_one_call_does_not_run_in_the_next_unless_the_home_is_persist
         text.contains("tonotest.pth") && text.contains("planted"),
         "{text}"
     );
+    let home_of = |o: &Outcome| o.limits.as_ref().and_then(|l| l.home.clone());
+    assert_eq!(home_of(&o).as_deref(), Some("ephemeral"), "{o:?}");
     let o = sh(&user, &["aws_key"], trigger, private());
     assert!(ran(&o).contains("python ran"));
     let o = sh(&user, &[], collect, private());
@@ -368,6 +370,7 @@ fn a_pth_planted_by_one_call_does_not_run_in_the_next_unless_the_home_is_persist
     // The control: a persistent home is the door, open.
     let o = sh(&user, &[], plant, with_home(HomeMode::Persistent));
     assert!(ran(&o).contains("planted"));
+    assert_eq!(home_of(&o).as_deref(), Some("persistent"), "{o:?}");
     let o = sh(
         &user,
         &["aws_key"],

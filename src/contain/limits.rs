@@ -58,6 +58,10 @@ pub struct AppliedLimits {
     /// its own) or `host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    /// The call's home, where it ran in its own view: `ephemeral`,
+    /// `read-only` or `persistent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
 }
 
 /// What a call's cgroups counted.

@@ -98,6 +98,7 @@ pub(crate) async fn launch_as(
     // What the launch sees is decided by the plan alone (the worker starts
     // its launcher by it, and the launcher checks it).
     let private = plan.in_own_namespaces();
+    let home = private.then(|| plan.home_view.mode.to_string());
     // No cgroup at all: the user's processes are swept after its last call,
     // unless the launch runs in a PID namespace of its own, whose end takes
     // everything in it (and a sweep would take the user's others).
@@ -177,6 +178,7 @@ pub(crate) async fn launch_as(
     let done = done?;
     applied.view = Some(view.to_string());
     applied.network = Some(network.to_string());
+    applied.home = home;
     applied.pids_max_hits = done.counters.pids_max_hits;
     applied.oom_kills = done.counters.oom_kills;
     applied.memory_peak = done.counters.memory_peak;
