@@ -81,14 +81,17 @@ fn ipc_mounts() -> f64 {
         Some("mode=1777"),
     )
     .expect("shm");
-    nix::mount::mount(
-        Some("mqueue"),
-        "/dev/mqueue",
-        Some("mqueue"),
-        quiet,
-        None::<&str>,
-    )
-    .expect("mqueue");
+    // As the launcher: only where the host has the folder.
+    if std::path::Path::new("/dev/mqueue").is_dir() {
+        nix::mount::mount(
+            Some("mqueue"),
+            "/dev/mqueue",
+            Some("mqueue"),
+            quiet,
+            None::<&str>,
+        )
+        .expect("mqueue");
+    }
     us(start)
 }
 
