@@ -14,6 +14,9 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use tono_seal::launch::syscall_filter::SyscallFilter;
 
+/// A labelled step, timed alone.
+type Step = (&'static str, fn() -> f64);
+
 fn median(mut us: Vec<f64>) -> f64 {
     us.sort_by(|a, b| a.total_cmp(b));
     us[us.len() / 2]
@@ -123,7 +126,7 @@ fn main() {
             })
             .collect(),
     );
-    let steps: [(&str, fn() -> f64); 5] = [
+    let steps: [Step; 5] = [
         ("syscall filter: compile (seccompiler)", compile),
         ("syscall filter: install (2 programs)", install),
         ("keyring: join a new session keyring", keyring),

@@ -621,7 +621,7 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
     use tono_seal::sys::NewNamespaces;
     need_root!();
     let u = TestUser::bare();
-    let marker = format!("/tmp/tono-net-mismatch-{}", std::process::id());
+    let marker = common::marker_path(&format!("tono-net-mismatch-{}", std::process::id()));
     let plan = |network: Network| LaunchPlan {
         network,
         worker_netns: Some(tono_seal::sys::current_netns().unwrap()),

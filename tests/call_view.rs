@@ -332,7 +332,7 @@ fn launch_by_hand(
 fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
     need_root!();
     let u = TestUser::with_key();
-    let marker = format!("/tmp/tono-view-mismatch-{}", std::process::id());
+    let marker = common::marker_path(&format!("tono-view-mismatch-{}", std::process::id()));
     let touch = |view: View| tono_seal::launch::plan::LaunchPlan {
         view,
         ..tono_seal::launch::plan::LaunchPlan::for_user(

@@ -320,7 +320,7 @@ fn the_tool_runs_with_the_users_ids_no_groups_no_caps_and_cannot_rise() {
         );
     }
     // A setuid-root copy of `id` must not raise the euid.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     std::fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -425,7 +425,7 @@ for my $fd (0, 1, 2) {
 }
 if (open(my $t, "+<", "/dev/tty")) { print "tty OPENED\n" } else { print "tty failed: $!\n" }
 "#;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     std::fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -543,7 +543,8 @@ fn refusals_are_typed_and_the_tool_never_runs() {
     u.seal("good", b"good-value");
     u.sh("echo garbage > .tono/secrets/bad.age");
     let rt = rt();
-    let marker = |tag: &str| format!("/tmp/tonotest-marker-{}-{tag}", std::process::id());
+    let marker =
+        |tag: &str| common::marker_path(&format!("tonotest-marker-{}-{tag}", std::process::id()));
     let run = |user: &TargetUser, grants: &[SecretGrant], tag: &str, extra: Value| {
         let m = marker(tag);
         let _ = std::fs::remove_file(&m);

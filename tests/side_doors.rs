@@ -52,6 +52,7 @@ out["init_module"] = call(175, 0, 0, 0)[1]
 out["finit_module"] = call(313, -1, 0, 0)[1]
 out["delete_module"] = call(176, 0, 0)[1]
 out["clone3"] = call(435, 0, 0)[1]
+out["setns"] = call(308, -1, 0)[1]
 r, e = call(56, NEWUSER | SIGCHLD, 0, 0, 0, 0)
 if r == 0:
     os._exit(0)
@@ -172,6 +173,7 @@ fn every_filtered_syscall_fails_with_eperm_in_a_call_and_works_outside_it() {
     assert_eq!(outside["clone3"], libc::EINVAL, "{outside}");
     assert_eq!(outside["io_uring_setup"], libc::EFAULT, "{outside}");
     assert_eq!(outside["io_uring_enter"], libc::EBADF, "{outside}");
+    assert_eq!(outside["setns"], libc::EBADF, "{outside}");
 
     for (what, options) in [
         ("private", private()),
@@ -200,6 +202,7 @@ fn every_filtered_syscall_fails_with_eperm_in_a_call_and_works_outside_it() {
             "init_module",
             "finit_module",
             "delete_module",
+            "setns",
             "clone_newuser",
             "x32_unshare_newuser",
             "unshare_newuser",
@@ -504,4 +507,138 @@ fn a_home_mode_the_shared_view_cannot_make_is_refused_by_name() {
     let e = o.launch_error.expect("refused");
     assert_eq!(e.code, "home_needs_private_view", "{e:?}");
     assert!(e.message.contains("--home persistent"), "{}", e.message);
+}
+
+/// Python finds a module in the folder of the script it runs first: a
+/// module one user's call leaves in /tmp would run in the next call that
+/// runs a script from there, of any user.
+#[test]
+fn a_module_planted_in_tmp_by_one_users_call_is_not_there_for_another_users_call() {
+    need_root!();
+    let (a, b) = (TestUser::bare(), TestUser::with_key());
+    b.seal("tok", b"tonotest-tmp-door-value");
+    let (ua, ub) = (a.user.clone(), b.user.clone());
+    let tag = format!("tonotest_tmp_{}", std::process::id());
+    let plant = format!(
+        "echo 'import os; open(\"/tmp/{tag}.loot\", \"w\").write(os.environ.get(\"tok\", \"\")[::-1]); os.chmod(\"/tmp/{tag}.loot\", 0o644)' > /tmp/json.py && \
+         chmod 644 /tmp/json.py && ls /tmp"
+    );
+    let victim = format!(
+        "printf 'import json\\nprint(\"ok\")\\n' > $TMPDIR/{tag}_report.py && /usr/bin/python3 $TMPDIR/{tag}_report.py"
+    );
+    let look = format!("cat /tmp/{tag}.loot; echo \"rc=$?\"; ls /tmp | wc -l");
+    let cleanup = || {
+        let _ = std::fs::remove_file("/tmp/json.py");
+        let _ = std::fs::remove_file(format!("/tmp/{tag}.loot"));
+        let _ = std::fs::remove_file(format!("/tmp/{tag}_report.py"));
+        let _ = std::fs::remove_dir_all("/tmp/__pycache__");
+    };
+    cleanup();
+    // Private (the default): each call has a /tmp of its own.
+    let o = sh(&ua, &[], &plant, private());
+    assert!(ran(&o).contains("json.py"), "{}", out(&o));
+    assert!(
+        !std::path::Path::new("/tmp/json.py").exists(),
+        "the call wrote the host's /tmp"
+    );
+    let o = sh(&ub, &["tok"], &victim, private());
+    assert_eq!(ran(&o), "ok\n");
+    let o = sh(&ua, &[], &look, private());
+    let text = out(&o);
+    assert!(text.contains("rc=1") && text.ends_with("0\n"), "{text}");
+    assert!(err(&o).contains("No such file or directory"), "{}", err(&o));
+    // The control: the shared view has the host's /tmp, and the door.
+    let shared = || RunOptions {
+        view: View::Shared,
+        ..RunOptions::default()
+    };
+    let o = sh(&ua, &[], &plant, shared());
+    assert!(ran(&o).contains("json.py"));
+    let o = sh(&ub, &["tok"], &victim, shared());
+    let _ = ran(&o);
+    let o = sh(&ua, &[], &look, shared());
+    let text = out(&o);
+    cleanup();
+    assert!(
+        text.contains("eulav-rood-pmt-tsetonot"),
+        "the control did not reproduce the attack: {text}"
+    );
+}
+
+#[test]
+fn a_login_folder_planted_as_a_link_is_refused_for_tools_and_for_the_provider() {
+    need_root!();
+    let u = TestUser::bare();
+    u.sh("mkdir -p elsewhere && echo kept > elsewhere/auth.json && ln -s elsewhere .codex");
+    let user = u.user.clone();
+    for options in [
+        private(),
+        RunOptions {
+            provider_program: true,
+            ..RunOptions::default()
+        },
+    ] {
+        let o = sh(&user, &[], "cat ~/.codex/auth.json", options);
+        let e = o
+            .launch_error
+            .clone()
+            .unwrap_or_else(|| panic!("ran: {o:?}"));
+        assert_eq!(e.code, "home_view_refused", "{e:?}");
+        assert_eq!(e.errno, Some(libc::ELOOP), "{e:?}");
+        assert!(
+            e.message.contains("~/.codex is a symbolic link"),
+            "{}",
+            e.message
+        );
+    }
+    // The control: with the link gone, the same calls run.
+    u.sh("rm .codex && mkdir .codex && echo t > .codex/auth.json");
+    let o = sh(&user, &[], "ls -A ~/.codex | wc -l", private());
+    assert_eq!(ran(&o), "0\n");
+}
+
+#[test]
+fn a_nested_hidden_path_cannot_be_renamed_away_from_its_cover() {
+    need_root!();
+    let u = TestUser::bare();
+    u.sh("mkdir -p .config/gcloud && echo refresh-token > .config/gcloud/credentials.db");
+    let user = u.user.clone();
+    let config = std::sync::Arc::new(
+        tono_seal::env::EnvConfig::from_json(br#"{"hidden_in_home": [".config/gcloud"]}"#).unwrap(),
+    );
+    let with = |home: HomeMode| RunOptions {
+        home: Some(home),
+        env: tono_seal::env::RunEnv {
+            config: config.clone(),
+            ..tono_seal::env::RunEnv::default()
+        },
+        ..RunOptions::default()
+    };
+    let o = sh(
+        &user,
+        &[],
+        "mv ~/.config ~/.cfg-moved; echo \"mv rc=$?\"; cat ~/.config/gcloud/credentials.db; echo \"cat rc=$?\"",
+        with(HomeMode::Persistent),
+    );
+    let text = out(&o);
+    assert!(
+        text.contains("mv rc=1") && text.contains("cat rc=1"),
+        "{text}"
+    );
+    assert!(err(&o).contains("Device or resource busy"), "{}", err(&o));
+    let o = sh(
+        &user,
+        &[],
+        "ls -A ~ ~/.config/gcloud",
+        with(HomeMode::Ephemeral),
+    );
+    let text = ran(&o);
+    assert!(
+        !text.contains(".cfg-moved") && !text.contains("credentials"),
+        "{text}"
+    );
+    // The control: the real folder is whole, and the user (outside any
+    // call) can rename it.
+    let moved = u.sh("mv .config .cfg-moved && cat .cfg-moved/gcloud/credentials.db");
+    assert_eq!(String::from_utf8_lossy(&moved.stdout), "refresh-token\n");
 }

@@ -30,7 +30,7 @@ struct Fakes {
 
 impl Fakes {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = common::tempdir();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         Self { dir }
     }

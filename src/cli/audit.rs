@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use super::args::AuditAction;
 use super::exit::{self, CliError};
-use super::printable::{for_terminal, json_for_terminal};
+use super::printable::{for_terminal, json_for_terminal, word_for_terminal};
 use crate::audit::{rotated_set, verify_files, AuditRecord};
 
 /// Runs `audit verify` or `audit show`.
@@ -98,7 +98,7 @@ fn secrets_column(record: &AuditRecord) -> String {
         .secrets_requested
         .iter()
         .map(|name| {
-            let shown = for_terminal(name);
+            let shown = word_for_terminal(name);
             if record.secrets_granted.contains(name) {
                 shown.into_owned()
             } else {
@@ -179,11 +179,11 @@ fn show(
                 "{:>6}  {:<27} {:<16} {:>6}  {:<12} {:<7} {:<18} {:<20} {:>8} {:>9.1}  {}",
                 record.seq,
                 for_terminal(&record.time),
-                for_terminal(record.user.as_deref().unwrap_or("-")),
+                word_for_terminal(record.user.as_deref().unwrap_or("-")),
                 record.uid.map_or("-".into(), |u| u.to_string()),
-                for_terminal(record.tool.as_deref().unwrap_or("-")),
-                for_terminal(&record.verdict),
-                for_terminal(&record.reason_code),
+                word_for_terminal(record.tool.as_deref().unwrap_or("-")),
+                word_for_terminal(&record.verdict),
+                word_for_terminal(&record.reason_code),
                 secrets_column(&record),
                 ended,
                 record.duration_us as f64 / 1000.0,

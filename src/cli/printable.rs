@@ -46,6 +46,33 @@ const FORMAT: &[(u32, u32)] = &[
     (0xE0020, 0xE007F),
 ];
 
+/// Characters a terminal shows as nothing, or as a blank, that are not
+/// format characters: Unicode's other default-ignorable code points
+/// (combining grapheme joiner, Hangul fillers, Khmer inherent vowels,
+/// Mongolian variation selectors, variation selectors, the unassigned
+/// ignorables), the blank Braille pattern, and every space separator but
+/// ASCII's (no-break, ogham, en/em/thin/hair spaces, narrow no-break,
+/// medium mathematical, ideographic): each can fake a column's width or
+/// a word's end.
+const BLANK: &[(u32, u32)] = &[
+    (0x00A0, 0x00A0),
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x1680, 0x1680),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2000, 0x200A),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x2800, 0x2800),
+    (0x3000, 0x3000),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0xE0000, 0xE0FFF),
+];
+
 /// Whether `c` is one that a terminal acts on or shows as nothing: a
 /// control (C0, DEL, C1), a format character, or a line or paragraph
 /// separator.
@@ -55,6 +82,17 @@ pub fn is_unprintable(c: char) -> bool {
         || n == 0x2028
         || n == 0x2029
         || FORMAT.iter().any(|&(lo, hi)| (lo..=hi).contains(&n))
+        || BLANK.iter().any(|&(lo, hi)| (lo..=hi).contains(&n))
+}
+
+/// A name (a tool's, a user's, a secret's) for one column of a table:
+/// [`for_terminal`], and an ASCII space as `\x20` too, so a name can never
+/// look like the columns after it.
+pub fn word_for_terminal(text: &str) -> Cow<'_, str> {
+    match for_terminal(text) {
+        shown if shown.contains(' ') => Cow::Owned(shown.replace(' ', "\\x20")),
+        shown => shown,
+    }
 }
 
 /// `text` for a column of a table on a terminal: every unprintable
@@ -222,5 +260,26 @@ mod tests {
         assert_eq!(shown, "{\"a\": \"b\\u202e\", \"c\":1}");
         let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
         assert_eq!(back, serde_json::json!({"a": "b\u{202e}", "c": 1}));
+    }
+
+    #[test]
+    fn blank_rendering_characters_and_spaces_in_a_name_cannot_fake_a_column() {
+        for c in [
+            '\u{3164}', '\u{115f}', '\u{ffa0}', '\u{2800}', '\u{34f}', '\u{fe0f}', '\u{a0}',
+            '\u{3000}',
+        ] {
+            let shown = for_terminal(&format!("a{c}b")).into_owned();
+            assert_eq!(shown, format!("a\\u{{{:x}}}b", u32::from(c)), "{c:?}");
+        }
+        let forged = "http_get       allow   stay_public_read\u{3164}\u{3164}";
+        let shown = word_for_terminal(forged);
+        assert!(!shown.contains(' '), "{shown}");
+        assert_eq!(
+            shown,
+            "http_get\\x20\\x20\\x20\\x20\\x20\\x20\\x20allow\\x20\\x20\\x20stay_public_read\\u{3164}\\u{3164}"
+        );
+        // The control: a plain name, accents and all, is unchanged.
+        assert_eq!(word_for_terminal("shell"), "shell");
+        assert_eq!(word_for_terminal("café_日本"), "café_日本");
     }
 }

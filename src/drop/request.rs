@@ -98,8 +98,17 @@ impl RunOptions {
     /// view's.
     pub fn home_view(&self, user: &str) -> Result<HomeView, LaunchError> {
         let config = &self.env.config;
+        let logins = || {
+            crate::env::Provider::ALL
+                .iter()
+                .map(|p| config.provider(*p).login_dir)
+                .collect::<Vec<String>>()
+        };
         if self.provider_program {
-            return Ok(HomeView::persistent());
+            return Ok(HomeView {
+                plain: logins(),
+                ..HomeView::persistent()
+            });
         }
         if self.view == crate::launch::view::View::Shared {
             // The config's mode is for the private view; only a mode the
@@ -117,16 +126,14 @@ impl RunOptions {
             };
         }
         let chosen = self.home.or_else(|| config.home_for(user));
-        let mut hidden: Vec<String> = crate::env::Provider::ALL
-            .iter()
-            .map(|p| config.provider(*p).login_dir)
-            .collect();
+        let mut hidden = logins();
         hidden.extend(config.hidden_in_home.iter().cloned());
         hidden.sort();
         hidden.dedup();
         Ok(HomeView {
             mode: chosen.unwrap_or_default(),
             hidden,
+            plain: Vec::new(),
         })
     }
 

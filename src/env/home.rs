@@ -57,6 +57,12 @@ pub struct HomeView {
     /// (relative, plain components).
     #[serde(default)]
     pub hidden: Vec<String>,
+    /// Paths inside the home that must hold no link where they exist
+    /// (checked, not covered): a provider's login folder for its own
+    /// programs, which would otherwise write a login through a link that
+    /// a tool planted to a place no cover hides.
+    #[serde(default)]
+    pub plain: Vec<String>,
 }
 
 impl HomeView {
@@ -66,6 +72,7 @@ impl HomeView {
         Self {
             mode: HomeMode::Persistent,
             hidden: Vec::new(),
+            plain: Vec::new(),
         }
     }
 }

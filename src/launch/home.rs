@@ -17,7 +17,14 @@
 //!   folders, the operator's list) are covered by an empty read-only tmpfs
 //!   (a file: by a read-only bind of `/dev/null`), in the view the tool
 //!   sees — on top of the overlay, where the cover of the lower folder
-//!   would not show. A path that does not exist is not made.
+//!   would not show. A path that does not exist is not made. A hidden
+//!   path that is itself a link is refused (`home_view_refused`), never
+//!   covered as a file while its target stays in view; each folder above a
+//!   nested one is bound onto itself, so a call cannot rename the cover
+//!   away (`EBUSY`) and leave the next call nothing to cover. For a
+//!   provider's own programs, which see the real home, the login folders
+//!   must hold no link, or the call is refused: a login is never written
+//!   through a link a tool planted.
 //! - Root never follows a path the user controls: the home is opened once
 //!   `O_PATH|O_NOFOLLOW`, every mount is made onto a descriptor
 //!   (`/proc/self/fd/N`, which names that descriptor's own file), and each
@@ -82,7 +89,7 @@ const QUIET: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 /// [`super::view::enter_at_start`]), before the drop: makes the home of
 /// `view.mode` at `home` and covers `~/.tono` and every hidden path in it.
 pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), LaunchError> {
-    for path in &view.hidden {
+    for path in view.hidden.iter().chain(&view.plain) {
         valid_hidden_path(path)
             .map_err(|m| LaunchError::new(Stage::Plan, "home_view_invalid", m))?;
     }
@@ -113,9 +120,77 @@ pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), Lau
         }
         HomeMode::Ephemeral => overlay(home, &real, uid, gid)?,
     };
-    cover(&seen, ".tono")?;
+    // The store swapped for a link since it was opened: what the store's
+    // own check says of it.
+    cover(&seen, ".tono").map_err(|mut e| {
+        if e.code == "home_view_refused" {
+            e.code = "store_insecure".into();
+        }
+        e
+    })?;
     for path in &view.hidden {
+        pin_ancestors(&seen, path)?;
         cover(&seen, path)?;
+    }
+    for path in &view.plain {
+        open_no_link(&seen, path)?;
+    }
+    Ok(())
+}
+
+/// Opens `path` beneath `root` (`O_PATH`), refusing a link anywhere in it,
+/// the last component included (`openat2` opens that link itself):
+/// `None` when nothing is there.
+fn open_no_link(root: &OwnedFd, path: &str) -> Result<Option<OwnedFd>, LaunchError> {
+    let name = std::ffi::CString::new(path)
+        .map_err(|_| LaunchError::new(Stage::Plan, "home_view_invalid", "a NUL in a path"))?;
+    let link = |errno: Option<i32>, why: String| LaunchError {
+        stage: Stage::View,
+        code: "home_view_refused".into(),
+        message: format!(
+            "~/{path} {why}: a hidden or login path must be a plain folder or file; \
+             remove the link (as the user) and try again"
+        ),
+        errno,
+    };
+    let target = match sys::open_beneath(root.as_fd(), &name, OFlag::O_PATH, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => {
+            return Err(link(
+                e.raw_os_error(),
+                format!("cannot be opened without following a link ({e})"),
+            ))
+        }
+    };
+    let meta =
+        nix::sys::stat::fstat(target.as_raw_fd()).map_err(|e| refused("fstat a hidden path", e))?;
+    if meta.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(link(Some(libc::ELOOP), "is a symbolic link".into()));
+    }
+    Ok(Some(target))
+}
+
+/// Binds each folder above a nested hidden path onto itself, so that in
+/// this call it is a mount point: renaming it (which would carry the cover
+/// away, and leave nothing at the hidden path for the next call to cover)
+/// fails with `EBUSY`.
+fn pin_ancestors(root: &OwnedFd, path: &str) -> Result<(), LaunchError> {
+    let parts: Vec<&str> = path.split('/').collect();
+    for depth in 1..parts.len() {
+        let ancestor = parts[..depth].join("/");
+        let Some(fd) = open_no_link(root, &ancestor)? else {
+            return Ok(());
+        };
+        let source = fd_path(&fd);
+        mount_on(
+            source.to_str(),
+            &fd,
+            None,
+            MsFlags::MS_BIND,
+            None,
+            &format!("pin ~/{ancestor}"),
+        )?;
     }
     Ok(())
 }
@@ -190,21 +265,12 @@ fn overlay(home: &Path, real: &OwnedFd, uid: u32, gid: u32) -> Result<OwnedFd, L
 
 /// Covers `path` beneath `root` with an empty read-only tmpfs (a folder)
 /// or a read-only bind of `/dev/null` (anything else); nothing when it
-/// does not exist. A link on the way is refused.
+/// does not exist. A link on the way, or as the path itself, is refused.
 fn cover(root: &OwnedFd, path: &str) -> Result<(), LaunchError> {
     let name = std::ffi::CString::new(path)
         .map_err(|_| LaunchError::new(Stage::Plan, "home_view_invalid", "a NUL in a path"))?;
-    let target = match sys::open_beneath(root.as_fd(), &name, OFlag::O_PATH, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-        Err(e) => {
-            return Err(LaunchError {
-                stage: Stage::View,
-                code: "home_view_refused".into(),
-                message: format!("~/{path} cannot be opened without following a link: {e}"),
-                errno: e.raw_os_error(),
-            })
-        }
+    let Some(target) = open_no_link(root, path)? else {
+        return Ok(());
     };
     let meta =
         nix::sys::stat::fstat(target.as_raw_fd()).map_err(|e| refused("fstat a hidden path", e))?;

@@ -18,7 +18,10 @@
 //! - An operator may refuse more calls by name (`refuse_syscalls` of the
 //!   env config); a name the filter's table does not know is refused when
 //!   the config is loaded and again by the launcher
-//!   (`syscall_filter_invalid`), never skipped.
+//!   (`syscall_filter_invalid`), never skipped. `seccompiler` resolves them
+//!   to x86_64 numbers only: on a kernel that runs x32 syscalls a call
+//!   with the operator's refusals is refused (`syscall_filter_incomplete`)
+//!   rather than run with them open through x32.
 //!
 //! What is refused, against Docker's default profile (moby
 //! `profiles/seccomp/default.json`), which refuses each of these too:
@@ -31,6 +34,7 @@
 //! | `bpf`, `perf_event_open`, `userfaultfd` | kernel attack surface a tool has no use for |
 //! | `io_uring_setup`, `io_uring_enter`, `io_uring_register` | syscalls that bypass per-call filtering, and a common LPE start |
 //! | `kexec_load`, `kexec_file_load`, `init_module`, `finit_module`, `delete_module` | need capabilities a call never has; refused here as well, as Docker does |
+//! | `setns` | joining a user namespace some other process of the uid made (outside any call) gives back what `CLONE_NEWUSER` is refused for; a filter cannot see which kind of namespace an fd is |
 //!
 //! Docker refuses more (`mount`, `ptrace` on old kernels, `setns`, …): each
 //! needs a capability the tool does not hold (its bounding set is empty),
@@ -63,6 +67,7 @@ pub const REFUSED: &[(&str, i64)] = &[
     ("init_module", libc::SYS_init_module),
     ("finit_module", libc::SYS_finit_module),
     ("delete_module", libc::SYS_delete_module),
+    ("setns", libc::SYS_setns),
 ];
 
 /// The syscalls refused with `EPERM` when their first argument asks for a
@@ -159,6 +164,15 @@ impl SyscallFilter {
         programs.push(compile(clone3, libc::ENOSYS, "clone3")?);
         if !extra.is_empty() {
             programs.push(Self::operator_program(extra)?);
+            if crate::sys::x32_abi_enabled() {
+                return Err(LaunchError::new(
+                    Stage::Plan,
+                    "syscall_filter_incomplete",
+                    "this kernel runs x32 syscalls, and the operator's refused syscalls are \
+                     compiled for x86_64 numbers only; boot with syscall.x32=n, or drop \
+                     refuse_syscalls from the env config",
+                ));
+            }
         }
         Ok(Self { programs })
     }

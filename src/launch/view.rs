@@ -1,8 +1,10 @@
 //! The call's own view of the machine: a PID namespace whose init is the
 //! call's launcher, with a fresh `/proc` in which only the call's own
-//! processes exist, an IPC namespace and `/dev/shm` of its own, and a mount
-//! namespace in which the user's key store is an empty read-only folder
-//! (the home itself is [`super::home`]'s).
+//! processes exist, an IPC namespace and `/dev/shm` of its own, fresh empty
+//! `/tmp`, `/var/tmp`, `/run/lock` and `/run/user` (nothing one call leaves
+//! there reaches another, of any user), and a mount namespace in which the
+//! user's key store is an empty read-only folder (the home itself is
+//! [`super::home`]'s).
 //!
 //! Guarantees:
 //! - Root never acts by a path a user controls. `~/.tono` is opened by root
@@ -167,18 +169,29 @@ pub fn enter_at_start() -> Result<bool, LaunchError> {
     )
     .map_err(|e| refused("mount a fresh /proc", e))?;
     // POSIX shared memory is files in /dev/shm, which no IPC namespace
-    // holds: a fresh tmpfs of the call's own; and the message queues of
-    // this IPC namespace where the host shows its own.
-    let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    if Path::new("/dev/shm").is_dir() {
-        nix::mount::mount(
-            Some("tono-shm"),
-            "/dev/shm",
-            Some("tmpfs"),
-            quiet,
-            Some("mode=1777"),
-        )
-        .map_err(|e| refused("mount a fresh /dev/shm", e))?;
+    // holds; /tmp, /var/tmp and /run/lock are where one call (of any
+    // user) leaves a module, a FIFO or a hard link to the home for the
+    // next: each a fresh tmpfs of the call's own. /run/user holds the
+    // sockets of per-user daemons (systemd --user, D-Bus, gpg-agent) that
+    // run outside any call: empty. And the message queues of this IPC
+    // namespace where the host shows its own.
+    // nosuid and nodev, as the host mounts them; not noexec: tools build
+    // and run programs in /tmp, and JITs map code from /dev/shm.
+    let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    for (path, mode) in [
+        ("/dev/shm", "mode=1777"),
+        ("/tmp", "mode=1777"),
+        ("/var/tmp", "mode=1777"),
+        ("/run/lock", "mode=1777"),
+        ("/run/user", "mode=0755"),
+    ] {
+        // A folder root owns on the host, never a user's link.
+        let ours = std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == 0);
+        if ours {
+            nix::mount::mount(Some("tono-tmp"), path, Some("tmpfs"), quiet, Some(mode))
+                .map_err(|e| refused(&format!("mount a fresh {path}"), e))?;
+        }
     }
     if Path::new("/dev/mqueue").is_dir() {
         nix::mount::mount(

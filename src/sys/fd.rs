@@ -30,7 +30,8 @@ pub fn take_inherited_fd(fd: RawFd) -> Option<File> {
 /// Opens the single name `name` in the folder `dir` without following any
 /// symlink: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the
 /// kernel has it (5.6+), else `openat` with `O_NOFOLLOW` (equivalent for one
-/// component). `O_CLOEXEC` is always added.
+/// component only: a path of several components is refused with `ENOSYS`
+/// there, never walked through links). `O_CLOEXEC` is always added.
 pub fn open_beneath(
     dir: std::os::fd::BorrowedFd<'_>,
     name: &std::ffi::CStr,
@@ -44,7 +45,9 @@ pub fn open_beneath(
         .mode(mode)
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
     let raw = match nix::fcntl::openat2(dir.as_raw_fd(), name, how) {
-        Err(Errno::ENOSYS) => nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags, mode)?,
+        Err(Errno::ENOSYS) if !name.to_bytes().contains(&b'/') => {
+            nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags, mode)?
+        }
         other => other?,
     };
     // SAFETY: the kernel just returned this fd to us and nothing else owns

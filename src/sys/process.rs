@@ -149,3 +149,13 @@ pub fn drop_capability_bounding_set() -> Result<(), Errno> {
     }
     Ok(())
 }
+
+/// Whether this kernel runs x32 syscalls (`CONFIG_X86_X32_ABI` and not
+/// disabled at boot): `getpid` with the x32 bit set, which is `ENOSYS`
+/// where it does not.
+pub fn x32_abi_enabled() -> bool {
+    // SAFETY: getpid takes no argument and touches no memory; with the x32
+    // bit it is either getpid or ENOSYS.
+    let rc = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
+    rc >= 0
+}

@@ -76,6 +76,7 @@ const FILTERED: &[(&str, &str, nix::errno::Errno)] = &[
         "248, $user, $desc, 0, 0, -3",
         nix::errno::Errno::EPERM,
     ),
+    ("setns", "308, -1, 0", nix::errno::Errno::EPERM),
     ("bpf", "321, 0, 0, 0", nix::errno::Errno::EPERM),
     (
         "perf_event_open",
@@ -130,7 +131,7 @@ async fn filter_probe(launcher: &Launcher, user: &TargetUser, base: &RunOptions)
     got.push(format!("control: getpid {}", said(&done, "getpid")));
     Probe::of(
         user,
-        "a call's syscall filter refuses a user namespace, the keyring calls, bpf, perf, userfaultfd and io_uring",
+        "a call's syscall filter refuses a user namespace, setns, the keyring calls, bpf, perf, userfaultfd and io_uring",
         Expect::Denied,
         got.join(", "),
         verdict(control, all),

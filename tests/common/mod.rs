@@ -441,3 +441,25 @@ pub fn assert_ran(report: &tono_seal::launch::report::StatusReport, marker: &str
     assert!(Path::new(marker).exists(), "{what}: did not run");
     std::fs::remove_file(marker).unwrap();
 }
+
+/// A path in a folder every test user may write that no call's view
+/// replaces (a private call has /tmp, /var/tmp, /run/lock and /run/user of
+/// its own), for a marker a tool leaves and root looks for on the host.
+pub fn marker_path(name: &str) -> String {
+    let dir = Path::new("/run/tonotest-markers");
+    if !dir.is_dir() {
+        let _ = std::fs::create_dir(dir);
+    }
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .expect("the marker folder");
+    format!("{}/{name}", dir.display())
+}
+
+/// A temporary folder for files a call's tool runs or reads: beside the
+/// markers, where a private call sees the host's files (its /tmp is its
+/// own).
+pub fn tempdir() -> tempfile::TempDir {
+    let marker = marker_path("x");
+    let dir = Path::new(&marker).parent().expect("the marker folder");
+    tempfile::tempdir_in(dir).expect("a temporary folder")
+}
