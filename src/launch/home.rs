@@ -85,6 +85,19 @@ fn mount_on(
 
 const QUIET: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 
+/// Makes the bind mount on `bound` read-only, `nosuid,nodev` (a bind takes
+/// its flags only from a remount).
+fn remount_read_only(bound: &OwnedFd, what: &str) -> Result<(), LaunchError> {
+    mount_on(
+        None,
+        bound,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | QUIET,
+        None,
+        what,
+    )
+}
+
 /// As root, in the call's own mount namespace (made by
 /// [`super::view::enter_at_start`]), before the drop: makes the home of
 /// `view.mode` at `home` and covers `~/.tono` and every hidden path in it.
@@ -108,14 +121,7 @@ pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), Lau
             )?;
             // The bind is the top mount at the home's path now.
             let bound = open_dir(home, "the home's bind")?;
-            mount_on(
-                None,
-                &bound,
-                None,
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | QUIET,
-                None,
-                "make the home read-only",
-            )?;
+            remount_read_only(&bound, "make the home read-only")?;
             bound
         }
         HomeMode::Ephemeral => overlay(home, &real, uid, gid)?,
@@ -303,13 +309,6 @@ fn cover(root: &OwnedFd, path: &str) -> Result<(), LaunchError> {
                     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
                 )
             })?;
-        mount_on(
-            None,
-            &bound,
-            None,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | QUIET,
-            None,
-            &what,
-        )
+        remount_read_only(&bound, &what)
     }
 }

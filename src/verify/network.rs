@@ -19,8 +19,9 @@ use crate::drop::{Launcher, Outcome, RunOptions};
 use crate::env::{Network, CALL_PROXY_ADDR};
 use crate::user::TargetUser;
 
-/// What one `connect` gave: `ok` or `errno N (NAME)`.
-fn answer(out: &Outcome, name: &str) -> String {
+/// What a probe line `NAME ANSWER` of the call's output gave: `ok` (or
+/// whatever else it said), `errno N (ENAME)`, or why there was none.
+pub(super) fn answer(out: &Outcome, name: &str) -> String {
     let said = out
         .stdout
         .lines()

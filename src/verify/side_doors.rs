@@ -17,8 +17,9 @@
 #![forbid(unsafe_code)]
 
 use super::containment::shell;
+use super::network::answer;
 use super::probe::{Expect, Probe, Verdict};
-use crate::drop::{Launcher, Outcome, RunOptions};
+use crate::drop::{Launcher, RunOptions};
 use crate::env::HomeMode;
 use crate::user::TargetUser;
 
@@ -30,35 +31,9 @@ fn verdict(control: bool, pass: bool) -> Verdict {
     }
 }
 
-/// The answer a probe line `name ANSWER` gave, or what the call said
-/// instead.
-fn said(out: &Outcome, name: &str) -> String {
-    out.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .map(str::to_owned)
-        .unwrap_or_else(|| {
-            format!(
-                "no answer (exit {:?}{})",
-                out.exit_code,
-                out.launch_error
-                    .as_ref()
-                    .map(|e| format!(", {}", e.code))
-                    .unwrap_or_default()
-            )
-        })
-}
-
+/// Whether a probe's answer ([`answer`]) is exactly `errno` .
 fn errno_is(answer: &str, errno: nix::errno::Errno) -> bool {
-    answer == format!("errno {}", errno as i32)
-}
-
-/// `errno N` as `errno N (ENAME)`, anything else as it is.
-fn named(answer: &str) -> String {
-    match answer.strip_prefix("errno ").map(str::parse::<i32>) {
-        Some(Ok(n)) => format!("errno {n} ({:?})", nix::errno::Errno::from_raw(n)),
-        _ => answer.to_owned(),
-    }
+    answer == format!("errno {} ({errno:?})", errno as i32)
 }
 
 /// The filtered syscalls a probe tries, by x86_64 number, with the errno
@@ -119,16 +94,16 @@ async fn filter_probe(launcher: &Launcher, user: &TargetUser, base: &RunOptions)
          while (<$s>) { print \"seccomp $1\\n\" if /^Seccomp:\\s+(\\d+)/ }'",
     );
     let done = shell(launcher, user, script, base.clone()).await;
-    let control = said(&done, "getpid") == "ok";
-    let mode = said(&done, "seccomp");
+    let control = answer(&done, "getpid") == "ok";
+    let mode = answer(&done, "seccomp");
     let mut got = vec![format!("Seccomp: {mode}")];
     let mut all = mode == "2";
     for (name, _, want) in FILTERED {
-        let answer = said(&done, name);
+        let answer = answer(&done, name);
         all &= errno_is(&answer, *want);
-        got.push(format!("{name} {}", named(&answer)));
+        got.push(format!("{name} {}", answer));
     }
-    got.push(format!("control: getpid {}", said(&done, "getpid")));
+    got.push(format!("control: getpid {}", answer(&done, "getpid")));
     Probe::of(
         user,
         "a call's syscall filter refuses a user namespace, setns, the keyring calls, bpf, perf, userfaultfd and io_uring",
@@ -183,7 +158,7 @@ async fn keyring_probe(
     );
     let done = shell(launcher, user, script, base.clone()).await;
     let _ = crate::sys::invalidate_key(key);
-    let (listed, search) = (said(&done, "listed"), said(&done, "search"));
+    let (listed, search) = (answer(&done, "listed"), answer(&done, "search"));
     Probe::of(
         user,
         tried,
@@ -191,7 +166,7 @@ async fn keyring_probe(
         format!(
             "in a call: root's key listed {listed} time(s) in /proc/keys, keyctl search {}; \
              control: root lists it {root_sees} time(s)",
-            named(&search)
+            search
         ),
         verdict(
             root_sees == 1,
@@ -232,14 +207,14 @@ async fn ipc_probe(
     // The control: in the shared view the segment outlives its call in the
     // host's IPC namespace, where root sees it.
     let made_shared = shell(launcher, user, make.clone(), shared).await;
-    let control = said(&made_shared, "made") == "ok" && host_has_segment(key);
+    let control = answer(&made_shared, "made") == "ok" && host_has_segment(key);
     let _ = std::process::Command::new("ipcrm")
         .args(["-M", &key.to_string()])
         .output();
     let made = shell(launcher, user, make, base.clone()).await;
     let in_host = host_has_segment(key);
     let found = shell(launcher, other, find, base.clone()).await;
-    let (made, found) = (said(&made, "made"), said(&found, "found"));
+    let (made, found) = (answer(&made, "made"), answer(&found, "found"));
     Probe::of(
         user,
         "a call's SysV shared memory is gone after it and not seen by the next call",
@@ -248,7 +223,7 @@ async fn ipc_probe(
             "a 0666 segment made in a call: {made}, in the host's IPC after it: {in_host}; \
              {}'s next call looking for it: {}; control: made in the shared view, root sees it: {control}",
             other.name,
-            named(&found)
+            found
         ),
         verdict(
             control && made == "ok",
@@ -293,9 +268,9 @@ async fn home_probes(
     let wrote = shell(launcher, user, write.clone(), base.clone()).await;
     let next = shell(launcher, user, look.clone(), base.clone()).await;
     let (w, own, nx) = (
-        said(&wrote, "write"),
-        said(&wrote, "self"),
-        said(&next, "next"),
+        answer(&wrote, "write"),
+        answer(&wrote, "self"),
+        answer(&next, "next"),
     );
     let mut out = Vec::new();
     match mode {
@@ -305,7 +280,7 @@ async fn home_probes(
             Expect::Denied,
             format!(
                 "written: {w}, seen by the writing call: {own}; the next call: {}",
-                named(&nx)
+                nx
             ),
             verdict(
                 w == "ok" && own == "ok",
@@ -315,15 +290,14 @@ async fn home_probes(
         HomeMode::ReadOnly => {
             let control = shell(launcher, user, write, persistent.clone()).await;
             let _ = shell(launcher, user, look, persistent).await;
-            let control = said(&control, "write");
+            let control = answer(&control, "write");
             out.push(Probe::of(
                 user,
                 "home read-only: a call cannot write its home",
                 Expect::Denied,
                 format!(
                     "written: {}; control: a persistent call's write {}",
-                    named(&w),
-                    named(&control)
+                    w, control
                 ),
                 verdict(control == "ok", errno_is(&w, nix::errno::Errno::EROFS)),
             ));
@@ -332,7 +306,7 @@ async fn home_probes(
             user,
             "home persistent (the weakest): what a call writes to the home, the next call finds",
             Expect::Allowed,
-            format!("written: {w}; the next call: {}", named(&nx)),
+            format!("written: {w}; the next call: {}", nx),
             if w == "ok" && nx == "ok" {
                 Verdict::Pass
             } else {
@@ -372,7 +346,7 @@ async fn login_probe(
         ..base.clone()
     };
     let marked = shell(launcher, user, format!("{list} mark"), provider.clone()).await;
-    let made_dir = said(&marked, "made") == "1";
+    let made_dir = answer(&marked, "made") == "1";
     let seen = shell(launcher, user, format!("{list} look"), base.clone()).await;
     let _ = shell(
         launcher,
@@ -382,9 +356,9 @@ async fn login_probe(
     )
     .await;
     let (control, entries, found) = (
-        said(&marked, "marker"),
-        said(&seen, "entries"),
-        said(&seen, "marker"),
+        answer(&marked, "marker"),
+        answer(&seen, "entries"),
+        answer(&seen, "marker"),
     );
     Probe::of(
         user,
@@ -393,7 +367,7 @@ async fn login_probe(
         format!(
             "~/{dir} in a tool call: {entries} entries, the marker {}; \
              control: the provider's own program finds the marker {control}",
-            named(&found)
+            found
         ),
         verdict(
             control == "ok",
