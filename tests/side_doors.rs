@@ -642,3 +642,109 @@ fn a_nested_hidden_path_cannot_be_renamed_away_from_its_cover() {
     let moved = u.sh("mv .config .cfg-moved && cat .cfg-moved/gcloud/credentials.db");
     assert_eq!(String::from_utf8_lossy(&moved.stdout), "refresh-token\n");
 }
+
+/// Waits (by count, not time) until `path` exists.
+fn wait_for(path: &str) {
+    for _ in 0..100_000 {
+        if std::path::Path::new(path).exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("{path} never appeared");
+}
+
+#[test]
+fn a_login_made_while_a_call_runs_lands_under_its_cover_in_every_mode() {
+    need_root!();
+    let u = TestUser::bare();
+    let user = u.user.clone();
+    for mode in HomeMode::ALL {
+        u.sh("rm -rf .codex");
+        let tag = format!("login-{}-{mode}", std::process::id());
+        let (started, go) = (
+            common::marker_path(&format!("{tag}.started")),
+            common::marker_path(&format!("{tag}.go")),
+        );
+        let script = format!(
+            "touch {started}; n=0; while [ ! -e {go} ] && [ $n -lt 100000 ]; do sleep 0.01; n=$((n+1)); done; \
+             cat ~/.codex/auth.json; echo \"rc=$?\""
+        );
+        let call = {
+            let user = user.clone();
+            std::thread::spawn(move || sh(&user, &[], &script, with_home(mode)))
+        };
+        wait_for(&started);
+        // A sign-in, outside the call, while it runs.
+        let signed =
+            u.sh("mkdir -p .codex && echo signed-in-token > .codex/auth.json && ls -ld .codex");
+        assert!(signed.status.success(), "{signed:?}");
+        std::fs::write(&go, b"").unwrap();
+        let o = call.join().unwrap();
+        let _ = std::fs::remove_file(&started);
+        let _ = std::fs::remove_file(&go);
+        let text = out(&o);
+        assert!(
+            text.contains("rc=1") && !text.contains("signed-in-token"),
+            "{mode}: {text}"
+        );
+        assert!(
+            err(&o).contains("No such file or directory"),
+            "{mode}: {}",
+            err(&o)
+        );
+    }
+    // The folder the launcher made is the user's, and the login is whole
+    // for the provider (the control).
+    let meta = std::fs::metadata(user.home.join(".codex")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), user.uid);
+    let o = sh(
+        &user,
+        &[],
+        "cat ~/.codex/auth.json",
+        RunOptions {
+            provider_program: true,
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(ran(&o), "signed-in-token\n");
+}
+
+#[test]
+fn a_provider_program_is_refused_a_login_folder_holding_a_planted_link() {
+    need_root!();
+    let u = TestUser::bare();
+    let user = u.user.clone();
+    let provider = || RunOptions {
+        provider_program: true,
+        ..RunOptions::default()
+    };
+    for (plant, said) in [
+        (
+            "mkdir -p .codex leak && ln -s ~/leak/auth.json .codex/auth.json",
+            "is a symbolic link",
+        ),
+        (
+            "mkdir -p .codex/sub leak && echo x > leak/c && ln leak/c .codex/sub/c",
+            "has 2 hard links",
+        ),
+        (
+            "mkdir -p .codex && mkfifo .codex/auth.json",
+            "is not a folder or a file",
+        ),
+    ] {
+        u.sh("rm -rf .codex leak");
+        assert!(u.sh(plant).status.success(), "{plant}");
+        let o = sh(&user, &[], "echo provider ran", provider());
+        let e = o
+            .launch_error
+            .clone()
+            .unwrap_or_else(|| panic!("ran: {o:?}"));
+        assert_eq!(e.code, "home_view_refused", "{plant}: {e:?}");
+        assert!(e.message.contains(said), "{plant}: {}", e.message);
+    }
+    // The control: a plain login folder is the provider's.
+    u.sh("rm -rf .codex leak && mkdir -p .codex/sessions && echo t > .codex/auth.json");
+    let o = sh(&user, &[], "echo provider ran", provider());
+    assert_eq!(ran(&o), "provider ran\n");
+}

@@ -52,8 +52,9 @@ const FORMAT: &[(u32, u32)] = &[
 /// Mongolian variation selectors, variation selectors, the unassigned
 /// ignorables), the blank Braille pattern, and every space separator but
 /// ASCII's (no-break, ogham, en/em/thin/hair spaces, narrow no-break,
-/// medium mathematical, ideographic): each can fake a column's width or
-/// a word's end.
+/// medium mathematical, ideographic), the private-use areas and the
+/// noncharacters (shown as a blank, a box or a font's own icon): each can
+/// fake a column's width or a word's end.
 const BLANK: &[(u32, u32)] = &[
     (0x00A0, 0x00A0),
     (0x034F, 0x034F),
@@ -62,6 +63,7 @@ const BLANK: &[(u32, u32)] = &[
     (0x17B4, 0x17B5),
     (0x180B, 0x180F),
     (0x2000, 0x200A),
+    (0x2065, 0x2065),
     (0x202F, 0x202F),
     (0x205F, 0x205F),
     (0x2800, 0x2800),
@@ -70,7 +72,10 @@ const BLANK: &[(u32, u32)] = &[
     (0xFE00, 0xFE0F),
     (0xFFA0, 0xFFA0),
     (0xFFF0, 0xFFF8),
+    (0xE000, 0xF8FF),
+    (0xFDD0, 0xFDEF),
     (0xE0000, 0xE0FFF),
+    (0xF0000, 0x10FFFF),
 ];
 
 /// Whether `c` is one that a terminal acts on or shows as nothing: a
@@ -87,13 +92,27 @@ pub fn is_unprintable(c: char) -> bool {
 
 /// A name (a tool's, a user's, a secret's) for one column of a table:
 /// [`for_terminal`], and an ASCII space as `\x20` too, so a name can never
-/// look like the columns after it.
+/// look like the columns after it; cut after [`MAX_WORD_CHARS`].
 pub fn word_for_terminal(text: &str) -> Cow<'_, str> {
-    match for_terminal(text) {
+    // A name longer than a column would need is cut before it is escaped
+    // (never inside an escape), and says so; the whole is in `--json`.
+    let count = text.chars().count();
+    let (kept, cut) = match text.char_indices().nth(MAX_WORD_CHARS) {
+        Some((at, _)) => (&text[..at], Some(count - MAX_WORD_CHARS)),
+        None => (text, None),
+    };
+    let shown = match for_terminal(kept) {
         shown if shown.contains(' ') => Cow::Owned(shown.replace(' ', "\\x20")),
         shown => shown,
+    };
+    match cut {
+        Some(n) => Cow::Owned(format!("{shown}…(+{n})")),
+        None => shown,
     }
 }
+
+/// The most characters [`word_for_terminal`] shows of one name.
+pub const MAX_WORD_CHARS: usize = 64;
 
 /// `text` for a column of a table on a terminal: every unprintable
 /// character and every backslash escaped (see the module's guarantees).
@@ -281,5 +300,15 @@ mod tests {
         // The control: a plain name, accents and all, is unchanged.
         assert_eq!(word_for_terminal("shell"), "shell");
         assert_eq!(word_for_terminal("café_日本"), "café_日本");
+    }
+
+    #[test]
+    fn private_use_an_unassigned_format_slot_and_a_huge_name_are_shown_safely() {
+        for c in ['\u{2065}', '\u{e000}', '\u{f0000}', '\u{fdd0}'] {
+            assert!(is_unprintable(c), "{c:?}");
+        }
+        let huge = "x".repeat(1_000_000);
+        let shown = word_for_terminal(&huge);
+        assert_eq!(shown, format!("{}…(+{})", "x".repeat(64), 1_000_000 - 64));
     }
 }

@@ -17,14 +17,19 @@
 //!   folders, the operator's list) are covered by an empty read-only tmpfs
 //!   (a file: by a read-only bind of `/dev/null`), in the view the tool
 //!   sees — on top of the overlay, where the cover of the lower folder
-//!   would not show. A path that does not exist is not made. A hidden
+//!   would not show. A hidden path that does not exist is made first, as
+//!   the user (the launcher's file-system ids set to the user's, in the
+//!   real home, empty, `0700`), so a store or login made while the call
+//!   runs lands under the cover, not beside it. A hidden
 //!   path that is itself a link is refused (`home_view_refused`), never
 //!   covered as a file while its target stays in view; each folder above a
 //!   nested one is bound onto itself, so a call cannot rename the cover
 //!   away (`EBUSY`) and leave the next call nothing to cover. For a
 //!   provider's own programs, which see the real home, the login folders
-//!   must hold no link, or the call is refused: a login is never written
-//!   through a link a tool planted.
+//!   must hold only the user's own folders and single-link files — no
+//!   link, hard link, FIFO, socket or device, walked by descriptor up to
+//!   100,000 entries — or the call is refused: a login is never written
+//!   through something a tool planted.
 //! - Root never follows a path the user controls: the home is opened once
 //!   `O_PATH|O_NOFOLLOW`, every mount is made onto a descriptor
 //!   (`/proc/self/fd/N`, which names that descriptor's own file), and each
@@ -107,6 +112,17 @@ pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), Lau
             .map_err(|m| LaunchError::new(Stage::Plan, "home_view_invalid", m))?;
     }
     let real = open_dir(home, "the home")?;
+    // Every path a tool call must not see exists before the view is made,
+    // so a store or a login made later, while the call runs, lands under
+    // its cover; made as the user, in the real home.
+    if !view.hidden.is_empty() {
+        let as_user = FsIds::become_user(uid, gid);
+        make_as_user(&real, ".tono").map_err(store_refusal)?;
+        for path in &view.hidden {
+            make_as_user(&real, path)?;
+        }
+        drop(as_user);
+    }
     let seen = match view.mode {
         HomeMode::Persistent => real,
         HomeMode::ReadOnly => {
@@ -128,18 +144,169 @@ pub fn enter(home: &Path, uid: u32, gid: u32, view: &HomeView) -> Result<(), Lau
     };
     // The store swapped for a link since it was opened: what the store's
     // own check says of it.
-    cover(&seen, ".tono").map_err(|mut e| {
-        if e.code == "home_view_refused" {
-            e.code = "store_insecure".into();
-        }
-        e
-    })?;
+    cover(&seen, ".tono").map_err(store_refusal)?;
     for path in &view.hidden {
         pin_ancestors(&seen, path)?;
         cover(&seen, path)?;
     }
     for path in &view.plain {
-        open_no_link(&seen, path)?;
+        check_plain_tree(&seen, path, uid)?;
+    }
+    Ok(())
+}
+
+/// A refusal about `~/.tono` is what the store's own check says of it
+/// (`store_insecure`): the same code whichever step met the link.
+fn store_refusal(mut e: LaunchError) -> LaunchError {
+    if e.code == "home_view_refused" {
+        e.code = "store_insecure".into();
+    }
+    e
+}
+
+/// While held, this (single-threaded) process's file-system ids are the
+/// user's: what it creates is the user's, and only where the user may
+/// (the kernel drops root's file capabilities with fsuid 0). Put back
+/// when dropped.
+struct FsIds;
+
+impl FsIds {
+    fn become_user(uid: u32, gid: u32) -> Self {
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
+        FsIds
+    }
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(0));
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(0));
+    }
+}
+
+/// Makes each missing folder of `path` beneath `root` (mode 0700), under
+/// the user's file-system ids ([`FsIds`]); refuses a link or a part that
+/// is not a folder.
+fn make_as_user(root: &OwnedFd, path: &str) -> Result<(), LaunchError> {
+    let parts: Vec<&str> = path.split('/').collect();
+    for depth in 1..=parts.len() {
+        let here = parts[..depth].join("/");
+        if open_no_link(root, &here)?.is_some() {
+            continue;
+        }
+        let parent = match depth {
+            1 => None,
+            _ => open_no_link(root, &parts[..depth - 1].join("/"))?,
+        };
+        let dirfd = parent.as_ref().unwrap_or(root).as_raw_fd();
+        match nix::sys::stat::mkdirat(
+            Some(dirfd),
+            parts[depth - 1],
+            Mode::from_bits_truncate(0o700),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => {
+                return Err(LaunchError::sys(
+                    Stage::View,
+                    "home_view_refused",
+                    &format!("make ~/{here} as the user, to cover it"),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The most entries [`check_plain_tree`] looks at before it gives up
+/// (and refuses): a login folder holds a few files and a session log each.
+const MAX_PLAIN_ENTRIES: usize = 100_000;
+
+/// For a provider's own program: every entry of the login folder at
+/// `path` must be a folder or a regular file with one link, owned by the
+/// user. A link, a hard-linked file, a FIFO, socket or device, or a file
+/// of another owner (each something a tool could have planted to have a
+/// login written where it can read it, or to hang the program) refuses
+/// the call.
+fn check_plain_tree(root: &OwnedFd, path: &str, uid: u32) -> Result<(), LaunchError> {
+    let refuse = |what: String| {
+        LaunchError::new(
+            Stage::View,
+            "home_view_refused",
+            format!(
+                "~/{path}: {what}; a login folder must hold only the user's own folders and \
+                 files (one link each); remove it (as the user) and sign in again"
+            ),
+        )
+    };
+    if open_no_link(root, path)?.is_none() {
+        return Ok(());
+    }
+    let name = std::ffi::CString::new(path)
+        .map_err(|_| LaunchError::new(Stage::Plan, "home_view_invalid", "a NUL in a path"))?;
+    let top = sys::open_beneath(
+        root.as_fd(),
+        &name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map_err(|e| refuse(format!("not a folder that opens without a link ({e})")))?;
+    let mut stack = vec![(top, path.to_owned())];
+    let mut seen = 0usize;
+    while let Some((fd, at)) = stack.pop() {
+        // A second descriptor of the folder for the *at calls; the first
+        // goes to `Dir`, which reads the entries and closes it.
+        let keep = fd.try_clone().map_err(|e| refuse(format!("~/{at}: {e}")))?;
+        let mut dir = nix::dir::Dir::from_fd(std::os::fd::IntoRawFd::into_raw_fd(fd))
+            .map_err(|e| refused("read a login folder", e))?;
+        let dirfd = keep.as_raw_fd();
+        let mut folders = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| refused("read a login folder", e))?;
+            let entry_name = entry.file_name();
+            if matches!(entry_name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            seen += 1;
+            if seen > MAX_PLAIN_ENTRIES {
+                return Err(refuse(format!(
+                    "more than {MAX_PLAIN_ENTRIES} entries, more than can be checked"
+                )));
+            }
+            let shown = format!("{at}/{}", entry_name.to_string_lossy());
+            let meta = nix::sys::stat::fstatat(
+                Some(dirfd),
+                entry_name,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| refused("stat in a login folder", e))?;
+            if meta.st_uid != uid {
+                return Err(refuse(format!("~/{shown} is owned by uid {}", meta.st_uid)));
+            }
+            match meta.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => folders.push((entry_name.to_owned(), shown)),
+                libc::S_IFREG if meta.st_nlink == 1 => {}
+                libc::S_IFREG => {
+                    return Err(refuse(format!(
+                        "~/{shown} has {} hard links",
+                        meta.st_nlink
+                    )))
+                }
+                libc::S_IFLNK => return Err(refuse(format!("~/{shown} is a symbolic link"))),
+                _ => return Err(refuse(format!("~/{shown} is not a folder or a file"))),
+            }
+        }
+        for (folder, shown) in folders {
+            let fd = sys::open_beneath(
+                keep.as_fd(),
+                &folder,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )
+            .map_err(|e| refuse(format!("~/{shown} does not open as a folder ({e})")))?;
+            stack.push((fd, shown));
+        }
     }
     Ok(())
 }

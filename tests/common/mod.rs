@@ -442,11 +442,12 @@ pub fn assert_ran(report: &tono_seal::launch::report::StatusReport, marker: &str
     std::fs::remove_file(marker).unwrap();
 }
 
-/// A path in a folder every test user may write that no call's view
+/// A path in a folder every test user may write (on the root file system:
+/// exec and setuid as there) that no call's view
 /// replaces (a private call has /tmp, /var/tmp, /run/lock and /run/user of
 /// its own), for a marker a tool leaves and root looks for on the host.
 pub fn marker_path(name: &str) -> String {
-    let dir = Path::new("/run/tonotest-markers");
+    let dir = Path::new("/var/lib/tonotest-markers");
     if !dir.is_dir() {
         let _ = std::fs::create_dir(dir);
     }
