@@ -48,6 +48,19 @@ fn wait_for_pool(want: usize) -> Vec<u32> {
     }
 }
 
+/// The launchers in the pool's own list, once it holds `want` of them
+/// (counted: at most 1,000 looks, 10 ms apart).
+fn wait_for_listed(want: usize) -> Vec<u32> {
+    for _ in 0..1_000 {
+        let listed = tono_seal::drop::pool::waiting_pids();
+        if listed.len() >= want {
+            return listed;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tono_seal::drop::pool::waiting_pids()
+}
+
 fn call(launcher: &Launcher, user: &TargetUser) -> Outcome {
     let raw = serde_json::to_vec(&json!({"tool": "shell", "args": {
         "command": "printf '%s %s' \"$(id -u)\" \"$TOK\"", "secrets": ["tok"]}}))
@@ -120,9 +133,12 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
         assert_eq!(out.stdout, want, "{out:?}");
     }
 
-    // Kill every waiting launcher: the next call must not be handed a dead
-    // one, and must still run.
-    let waiting = wait_for_pool(POOL_SIZE);
+    // Kill every launcher in the pool: the next call must not be handed a
+    // dead one, and must still run. The pool's own list, not the process
+    // table: a launcher the refill has started but not yet put in the pool
+    // would be killed and handed in after the call took from it.
+    wait_for_pool(POOL_SIZE);
+    let waiting = wait_for_listed(POOL_SIZE);
     assert!(!waiting.is_empty());
     for &pid in &waiting {
         nix::sys::signal::kill(

@@ -164,6 +164,24 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     found
 }
 
+/// The pids of the launchers in the pool now, ready to be handed out (not
+/// one the refill is still starting): for a status line or a test.
+pub fn waiting_pids() -> Vec<u32> {
+    let Some(pool) = POOL.get() else {
+        return Vec::new();
+    };
+    pool.waiting.lock().map_or_else(
+        |_| Vec::new(),
+        |w| {
+            w.ready
+                .values()
+                .flatten()
+                .filter_map(|r| u32::try_from(r.started.pid).ok())
+                .collect()
+        },
+    )
+}
+
 /// Ends every waiting launcher and removes its cgroup, and stops refilling
 /// until a call asks again: for a worker about to exit. (A worker that
 /// cannot, killed, leaves them to the next start's sweep of dead workers.)
