@@ -135,10 +135,13 @@ fn a_fork_bomb_hits_its_own_pids_max_and_others_finish() {
         // their forks fail, so it can die out on its own. The call's end is
         // an event that must come: a holder forks children that keep their
         // slots until one fork fails, which happens after at most pids.max
-        // forks, and prints the errno. The timeout is only a net.
+        // forks, and prints the errno. The timeout is only a net. The bomb
+        // starts from one subshell: the main shell forks once, before the
+        // bomb grows (for `bomb | bomb &` it forks twice itself, and the
+        // second fork could fail, ending the call before the holder ran).
         let bomb = shell(
             &bomber.user,
-            "bomb() { bomb | bomb & }; bomb; exec perl -e '\
+            "bomb() { bomb | bomb & }; (bomb) & exec perl -e '\
              my $n = 0; \
              while (1) { my $p = fork; \
                if (!defined $p) { printf \"fork failed errno %d after %d\\n\", $!+0, $n; exit 0 } \
