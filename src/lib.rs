@@ -17,13 +17,14 @@
 //! (all `unsafe`); [`user`], [`fs`]; [`keys`], [`classify`], [`env`](mod@env);
 //! [`launch`] (the launcher program's side), [`contain`], `stay` (the
 //! in-worker read tool); [`drop`](mod@drop) (the worker's side of a call);
-//! [`turn`]; [`verify`]; [`cli`].
+//! [`turn`]; [`verify`]; [`demo`]; [`cli`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod audit;
 pub mod classify;
 pub mod cli;
 pub mod contain;
+pub mod demo;
 pub mod drop;
 pub mod env;
 pub mod fs;

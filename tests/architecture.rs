@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["drop"],
     &["turn"],
     &["verify"],
+    &["demo"],
     &["cli"],
 ];
 

@@ -518,7 +518,7 @@ fn scan_call_processes(uid: u32, sleep_arg: &str, needles: &[&[u8]]) -> Vec<(u32
             return pids
                 .into_iter()
                 .filter_map(|pid| {
-                    let counts = tono_seal::cli::memscan::count_in_process(pid, needles).ok()?;
+                    let counts = tono_seal::demo::memscan::count_in_process(pid, needles).ok()?;
                     Some((pid, counts))
                 })
                 .collect();

@@ -193,7 +193,7 @@ fn the_worker_holds_no_plaintext_and_logs_none() {
         assert_eq!(v["outcome"]["masks"]["c"], 3, "{answer}");
         assert!(!answer.contains(&canary));
     }
-    let scan = tono_seal::cli::memscan::scan_process(
+    let scan = tono_seal::demo::memscan::scan_process(
         worker.id(),
         &[
             canary.as_bytes(),

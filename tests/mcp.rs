@@ -371,7 +371,7 @@ fn the_policy_hides_tools_and_the_server_holds_no_plaintext() {
             .await;
             assert_eq!(text(&r).trim(), "ok");
         }
-        let scan = tono_seal::cli::memscan::scan_process(
+        let scan = tono_seal::demo::memscan::scan_process(
             pid,
             &[
                 canary.as_bytes(),

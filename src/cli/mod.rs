@@ -12,12 +12,10 @@ pub mod args;
 pub mod audit;
 pub mod call;
 pub mod classify;
-pub mod demo;
 pub mod exit;
 pub mod keys;
 pub mod manual;
 pub mod mcp;
-pub mod memscan;
 pub mod printable;
 pub mod serve;
 pub mod verify;
@@ -206,7 +204,11 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             mcp::serve_mcp(server).await
         }
         Command::Audit { action } => audit::command(action),
-        Command::Demo => demo::demo(launcher).await,
+        Command::Demo => match crate::demo::demo(launcher).await {
+            Ok(true) => Ok(exit::OK),
+            Ok(false) => Ok(exit::FAILED),
+            Err(e) => Err(CliError::new(exit::FAILED, e.to_string())),
+        },
         Command::Verify { .. } => verify::command(command, launcher).await,
         Command::Classify { .. } | Command::Policy { .. } => classify::command(command),
         Command::GenerateDocs { out } => manual::generate(&out),

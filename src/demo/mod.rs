@@ -3,8 +3,16 @@
 //! a separate process) runs a shell tool as each that proves it unsealed its
 //! own secret (by hash), and tries to read the other's home, identity and
 //! secret (the kernel says no); then the worker's memory is scanned for both
-//! secrets, with a positive control. Exits 0 only if every property held.
+//! secrets, with a positive control ([`memscan`]).
+//!
+//! Guarantees: a property is reported as held only on evidence (a hash and
+//! a uid printed by the user's own call, the kernel's `Permission denied`,
+//! a scan that found the control and read at least 90% of the worker);
+//! [`demo`] says whether every property held, and the CLI exits 0 only
+//! then; the users it made are removed however it ends.
 #![forbid(unsafe_code)]
+
+pub mod memscan;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -14,11 +22,25 @@ use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::exit::{self, CliError};
-use super::memscan;
 use crate::drop::Launcher;
 use crate::turn::account;
 use crate::user::{TargetUser, UserSpec};
+
+/// Why the demo could not run to its verdict.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// The demo creates users: it must run as root.
+    #[error("the demo creates users and must run as root")]
+    NotRoot,
+    /// Every uid in [`DEMO_UIDS`] is taken.
+    #[error("no free uid in 61900-61999")]
+    NoFreeUid,
+    /// A step failed: making a user, a `tono-seal` child, talking to the
+    /// worker, scanning its memory; the message says which and why.
+    #[error("{0}")]
+    Step(String),
+}
 
 /// The uids the demo may use.
 pub const DEMO_UIDS: std::ops::RangeInclusive<u32> = 61900..=61999;
@@ -59,13 +81,12 @@ fn free_uid(taken: &[u32]) -> Option<u32> {
         .find(|uid| !taken.contains(uid) && TargetUser::lookup(&UserSpec::Uid(*uid)).is_err())
 }
 
-fn self_exe() -> Result<std::path::PathBuf, CliError> {
-    std::env::current_exe()
-        .map_err(|e| CliError::new(exit::FAILED, format!("cannot find this program: {e}")))
+fn self_exe() -> Result<std::path::PathBuf, DemoError> {
+    std::env::current_exe().map_err(|e| DemoError::Step(format!("cannot find this program: {e}")))
 }
 
 /// Runs `tono-seal ARGS` as a child with `stdin` fed to it.
-fn tono(launcher: &Launcher, args: &[&str], stdin: &[u8]) -> Result<String, CliError> {
+fn tono(launcher: &Launcher, args: &[&str], stdin: &[u8]) -> Result<String, DemoError> {
     let mut child = Command::new(self_exe()?)
         .arg("--launcher")
         .arg(launcher.path())
@@ -74,46 +95,40 @@ fn tono(launcher: &Launcher, args: &[&str], stdin: &[u8]) -> Result<String, CliE
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+        .map_err(|e| DemoError::Step(e.to_string()))?;
     if let Some(mut input) = child.stdin.take() {
         input
             .write_all(stdin)
-            .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+            .map_err(|e| DemoError::Step(e.to_string()))?;
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+        .map_err(|e| DemoError::Step(e.to_string()))?;
     if !out.status.success() {
-        return Err(CliError::new(
-            exit::FAILED,
-            format!(
-                "tono-seal {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
+        return Err(DemoError::Step(format!(
+            "tono-seal {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// The demo.
-pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
+/// The demo: prints its table and returns whether every property held.
+#[must_use = "the demo's verdict is whether every property held"]
+pub async fn demo(launcher: &Launcher) -> Result<bool, DemoError> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(CliError::new(
-            exit::FAILED,
-            "the demo creates users and must run as root",
-        ));
+        return Err(DemoError::NotRoot);
     }
     let mut users = DemoUsers(Vec::new(), launcher.clone());
     let mut made: Vec<TargetUser> = Vec::new();
     let mut uids = Vec::new();
     for _ in 0..2 {
-        let uid = free_uid(&uids)
-            .ok_or_else(|| CliError::new(exit::FAILED, "no free uid in 61900-61999"))?;
+        let uid = free_uid(&uids).ok_or(DemoError::NoFreeUid)?;
         uids.push(uid);
         let name = format!("tonodemo{uid}");
         let user = account::ensure_user(&name, uid, uid, Path::new("/home"))
-            .map_err(|e| CliError::new(exit::FAILED, e.to_string()))?;
+            .map_err(|e| DemoError::Step(e.to_string()))?;
         users.0.push(name);
         made.push(user);
     }
@@ -143,33 +158,32 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| CliError::new(exit::FAILED, format!("starting the worker: {e}")))?;
+        .map_err(|e| DemoError::Step(format!("starting the worker: {e}")))?;
     let worker_pid = worker.id();
     let mut to_worker = worker
         .stdin
         .take()
-        .ok_or_else(|| CliError::new(exit::FAILED, "worker stdin"))?;
+        .ok_or_else(|| DemoError::Step("worker stdin".into()))?;
     let mut from_worker = BufReader::new(
         worker
             .stdout
             .take()
-            .ok_or_else(|| CliError::new(exit::FAILED, "worker stdout"))?,
+            .ok_or_else(|| DemoError::Step("worker stdout".into()))?,
     );
-    let mut ask = |user: &TargetUser, secrets: Value, command: &str| -> Result<Value, CliError> {
+    let mut ask = |user: &TargetUser, secrets: Value, command: &str| -> Result<Value, DemoError> {
         let line = json!({
             "id": format!("{}", user.name),
             "user": user.name,
             "secrets": secrets,
             "call": { "tool": "shell", "args": { "command": command, "secrets": if secrets.as_array().is_some_and(|a| !a.is_empty()) { json!(["demo"]) } else { json!([]) } } },
         });
-        let io =
-            |e: std::io::Error| CliError::new(exit::FAILED, format!("talking to the worker: {e}"));
+        let io = |e: std::io::Error| DemoError::Step(format!("talking to the worker: {e}"));
         writeln!(to_worker, "{line}").map_err(io)?;
         to_worker.flush().map_err(io)?;
         let mut answer = String::new();
         from_worker.read_line(&mut answer).map_err(io)?;
         let v: Value = serde_json::from_str(&answer)
-            .map_err(|e| CliError::new(exit::FAILED, format!("worker answer: {e}")))?;
+            .map_err(|e| DemoError::Step(format!("worker answer: {e}")))?;
         Ok(v["outcome"].clone())
     };
 
@@ -227,7 +241,7 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
         .chain([control.as_bytes()])
         .collect();
     let scan = memscan::scan_process(worker_pid, &needles)
-        .map_err(|e| CliError::new(exit::FAILED, format!("scanning the worker's memory: {e}")))?;
+        .map_err(|e| DemoError::Step(format!("scanning the worker's memory: {e}")))?;
     let counts = &scan.counts;
     let control_hits = counts[counts.len() - 1];
     let secret_hits: usize = counts[..counts.len() - 1].iter().sum();
@@ -265,5 +279,5 @@ pub async fn demo(launcher: &Launcher) -> Result<i32, CliError> {
         }
     );
     drop(users);
-    Ok(if all { exit::OK } else { exit::FAILED })
+    Ok(all)
 }
