@@ -17,7 +17,7 @@
 //! (all `unsafe`); [`user`], [`fs`]; [`keys`], [`classify`], [`env`](mod@env);
 //! [`launch`] (the launcher program's side), [`contain`], `stay` (the
 //! in-worker read tool); [`drop`](mod@drop) (the worker's side of a call);
-//! [`turn`]; [`verify`]; [`demo`]; [`cli`].
+//! [`turn`]; [`verify`]; [`mcp`], [`demo`]; [`cli`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod audit;
@@ -30,6 +30,7 @@ pub mod env;
 pub mod fs;
 pub mod keys;
 pub mod launch;
+pub mod mcp;
 #[cfg(feature = "read-tool")]
 pub mod stay;
 pub mod sys;

@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["drop"],
     &["turn"],
     &["verify"],
-    &["demo"],
+    &["mcp", "demo"],
     &["cli"],
 ];
 

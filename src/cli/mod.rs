@@ -15,7 +15,6 @@ pub mod classify;
 pub mod exit;
 pub mod keys;
 pub mod manual;
-pub mod mcp;
 pub mod printable;
 pub mod serve;
 pub mod verify;
@@ -185,7 +184,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     return Err(CliError::usage("--cwd must be an absolute path"));
                 }
             }
-            let server = mcp::McpServer::new(
+            let server = crate::mcp::McpServer::new(
                 launcher.clone(),
                 load_policy(policy.as_deref())?,
                 TargetUser::resolve(&user.user).map_err(CliError::from)?,
@@ -201,7 +200,10 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     ..RunOptions::default()
                 },
             );
-            mcp::serve_mcp(server).await
+            crate::mcp::serve_mcp(server)
+                .await
+                .map(|()| exit::OK)
+                .map_err(|e| CliError::new(exit::FAILED, e.to_string()))
         }
         Command::Audit { action } => audit::command(action),
         Command::Demo => match crate::demo::demo(launcher).await {

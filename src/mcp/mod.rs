@@ -16,6 +16,9 @@
 //!   exits;
 //! - the server names secrets and never holds a value; it logs to stderr
 //!   only (stdout is the protocol).
+//!
+//! The CLI parses `tono-seal mcp`'s arguments into an [`McpServer`] and maps
+//! a [`ServeError`] to its exit code; this room never imports `cli/`.
 #![forbid(unsafe_code)]
 
 use std::borrow::Cow;
@@ -37,12 +40,23 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 
-use super::exit::{self, CliError};
 use crate::classify::{Policy, ToolKind, VerdictKind};
 use crate::drop::outcome::Outcome;
 use crate::drop::Launcher;
 use crate::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
 use crate::user::TargetUser;
+
+/// Why the server could not start or keep serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// A handler for SIGTERM, SIGINT or SIGHUP could not be installed.
+    #[error("signal handler: {0}")]
+    Signal(#[source] std::io::Error),
+    /// The MCP handshake with the client failed.
+    #[error("MCP initialization failed: {0}")]
+    Initialize(String),
+}
 
 /// How often a running call reports progress, when asked to.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -398,15 +412,14 @@ impl ServerHandler for McpServer {
 /// `tono-seal mcp`: serves until the client closes stdin (or SIGTERM,
 /// SIGINT or SIGHUP), then kills every running call and waits until each is
 /// reaped.
-pub async fn serve_mcp(server: McpServer) -> Result<i32, CliError> {
+pub async fn serve_mcp(server: McpServer) -> Result<(), ServeError> {
     use tokio::signal::unix::{signal, SignalKind};
     let in_flight = server.in_flight.clone();
     let stop = server.stop_tx.clone();
-    let failed = |e: std::io::Error| CliError::new(exit::FAILED, format!("signal handler: {e}"));
     let mut signals = [
-        signal(SignalKind::terminate()).map_err(failed)?,
-        signal(SignalKind::interrupt()).map_err(failed)?,
-        signal(SignalKind::hangup()).map_err(failed)?,
+        signal(SignalKind::terminate()).map_err(ServeError::Signal)?,
+        signal(SignalKind::interrupt()).map_err(ServeError::Signal)?,
+        signal(SignalKind::hangup()).map_err(ServeError::Signal)?,
     ];
     let stdin = EofWatch {
         inner: tokio::io::stdin(),
@@ -415,7 +428,7 @@ pub async fn serve_mcp(server: McpServer) -> Result<i32, CliError> {
     let running = server
         .serve((stdin, tokio::io::stdout()))
         .await
-        .map_err(|e| CliError::new(exit::FAILED, format!("MCP initialization failed: {e}")))?;
+        .map_err(|e| ServeError::Initialize(e.to_string()))?;
     let [term, int, hup] = &mut signals;
     let mut stopped = stop.subscribe();
     let service = running.cancellation_token();
@@ -444,7 +457,7 @@ pub async fn serve_mcp(server: McpServer) -> Result<i32, CliError> {
         service.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(2), waiting).await;
     }
-    Ok(exit::OK)
+    Ok(())
 }
 
 #[cfg(test)]
