@@ -6,7 +6,7 @@
 //! drop` (ROUNDS=N to change the 300 default).
 //! Writes `target/bench/drop.json` and, from it, `target/bench/drop.svg`
 //! (median and p99 per case). With `STATIC_LAUNCHER=path` it also times a
-//! statically linked `tono-launch` built by the operator (see the README).
+//! statically linked `tono-launch` built by the operator (see docs/performance.md).
 
 use std::path::Path;
 use std::process::Command;
