@@ -9,9 +9,55 @@ use clap::{Args, Parser, Subcommand};
 use super::exit::CliError;
 use crate::env::{EnvConfig, Provider, RunEnv};
 
+/// The documentation, in the source tree's order: each file with what it
+/// holds. `--help` and the manual page's SEE ALSO name these;
+/// `tests/docs.rs` checks that each exists and that no chapter of `docs/`
+/// is left out.
+pub const DOCS: &[(&str, &str)] = &[
+    (
+        "README.md",
+        "what tono-seal is, set-up, a first call, install",
+    ),
+    (
+        "docs/calls.md",
+        "run, call and serve; what a tool sees; the doors around it; its network",
+    ),
+    (
+        "docs/provisioning.md",
+        "keys and secrets, the store, the exit codes",
+    ),
+    (
+        "docs/turns.md",
+        "whose user a run goes as, providers and sign-ins, turn folders",
+    ),
+    ("docs/verify.md", "tono-seal verify: every probe"),
+    ("docs/audit.md", "receipts: the hash-chained audit log"),
+    ("docs/mcp.md", "tono-seal mcp, the MCP server"),
+    ("docs/classifier.md", "stay, drop or refuse"),
+    (
+        "docs/performance.md",
+        "the benchmarks and what each part costs",
+    ),
+    (
+        "docs/threat-model.md",
+        "what each guarantee rests on, and what it does not do",
+    ),
+    ("docs/testing.md", "what the tests prove"),
+    ("ARCHITECTURE.md", "where the code lives"),
+];
+
+/// `--help`'s closing lines: the documentation in [`DOCS`].
+fn docs_help() -> String {
+    let mut text = String::from("Documentation, in the source (read in this order):");
+    for (path, what) in DOCS {
+        text.push_str(&format!("\n  {path:<22} {what}"));
+    }
+    text
+}
+
 /// Per-user age-sealed secrets, and tools run as their user.
 #[derive(Debug, Parser)]
-#[command(name = "tono-seal", version, about, long_about = None)]
+#[command(name = "tono-seal", version, about, long_about = None, after_help = docs_help())]
 pub struct Cli {
     /// Path of the `tono-launch` binary (default: beside this program).
     #[arg(long, global = true, hide = true)]
@@ -255,6 +301,8 @@ impl EnvArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a user's key store and print its recipient.
+    ///
+    /// See docs/provisioning.md in the source.
     Keygen {
         #[command(flatten)]
         user: UserArg,
@@ -267,6 +315,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Print a user's age recipient (age1…).
+    ///
+    /// See docs/provisioning.md in the source.
     Recipient {
         #[command(flatten)]
         user: UserArg,
@@ -276,6 +326,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Seal the value on stdin as NAME (never from argv or env).
+    ///
+    /// See docs/provisioning.md in the source.
     Seal {
         #[command(flatten)]
         user: UserArg,
@@ -290,6 +342,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Install an age file from stdin (made with `age -r RECIPIENT`) as NAME.
+    ///
+    /// See docs/provisioning.md in the source.
     Import {
         #[command(flatten)]
         user: UserArg,
@@ -304,6 +358,8 @@ pub enum Command {
     /// other bits, a foreign owner, a symlink, over the size cap, an
     /// identity with a key left from a rotation) or unreadable (the
     /// identity cannot open it); never a value.
+    ///
+    /// See docs/provisioning.md in the source.
     List {
         /// The user: a login name or #UID (never root).
         #[arg(
@@ -323,6 +379,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Remove a secret.
+    ///
+    /// See docs/provisioning.md in the source.
     Remove {
         #[command(flatten)]
         user: UserArg,
@@ -334,6 +392,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// New identity; every secret re-sealed to it; safe to kill and re-run.
+    ///
+    /// See docs/provisioning.md in the source.
     Rotate {
         #[command(flatten)]
         user: UserArg,
@@ -343,6 +403,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Print one secret's value, read as the user (for operators only).
+    ///
+    /// See docs/provisioning.md in the source.
     Reveal {
         #[command(flatten)]
         user: UserArg,
@@ -352,6 +414,8 @@ pub enum Command {
         audit: AuditArg,
     },
     /// Run a program as the user with the named secrets in its environment.
+    ///
+    /// See docs/calls.md in the source.
     Run {
         #[command(flatten)]
         user: UserArg,
@@ -375,6 +439,8 @@ pub enum Command {
         argv: Vec<String>,
     },
     /// Run one tool call (JSON on stdin) as the user; print its Outcome JSON.
+    ///
+    /// See docs/calls.md in the source.
     Call {
         #[command(flatten)]
         user: UserArg,
@@ -392,6 +458,8 @@ pub enum Command {
         scope: ScopeArgs,
     },
     /// A long-running worker: JSON-lines requests on stdin, outcomes on stdout.
+    ///
+    /// See docs/calls.md in the source.
     Serve {
         /// Serve on stdin/stdout (the only transport).
         #[arg(long, required = true)]
@@ -407,6 +475,8 @@ pub enum Command {
         scope: ScopeArgs,
     },
     /// An MCP server on stdio whose every tools/call runs as the user.
+    ///
+    /// See docs/mcp.md in the source.
     Mcp {
         #[command(flatten)]
         user: UserArg,
@@ -427,14 +497,20 @@ pub enum Command {
         scope: ScopeArgs,
     },
     /// Check or read an audit log of call receipts.
+    ///
+    /// See docs/audit.md in the source.
     Audit {
         /// What to do.
         #[command(subcommand)]
         action: AuditAction,
     },
     /// Show the guarantees on this machine with two throwaway users.
+    ///
+    /// See README.md in the source.
     Demo,
     /// Prove on this machine that the isolation between users is real.
+    ///
+    /// See docs/verify.md in the source.
     Verify {
         /// A user to probe (repeat for several).
         #[arg(long = "user", short = 'u', required_unless_present = "agent")]
@@ -474,12 +550,16 @@ pub enum Command {
         home: Option<HomeArg>,
     },
     /// Classify raw tool calls, one JSON line each on stdin.
+    ///
+    /// See docs/classifier.md in the source.
     Classify {
         /// A policy file (JSON); the built-in default otherwise.
         #[arg(long)]
         policy: Option<PathBuf>,
     },
     /// Policy files.
+    ///
+    /// See docs/classifier.md in the source.
     Policy {
         /// What to do.
         #[command(subcommand)]

@@ -5,8 +5,9 @@
 //!
 //! The page has the usual sections from `clap_mangen`, then one section per
 //! command (its description and every option), the exit codes (from
-//! [`super::exit::EXIT_CODES`]) and the files of a user's key store with
-//! their modes.
+//! [`super::exit::EXIT_CODES`]), the files of a user's key store with
+//! their modes, and SEE ALSO: the documentation in the source
+//! ([`super::args::DOCS`]).
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -16,7 +17,7 @@ use clap::CommandFactory;
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 
-use super::args::Cli;
+use super::args::{Cli, DOCS};
 use super::exit::{self, CliError};
 
 /// The files of a user's store, with their modes.
@@ -64,6 +65,15 @@ fn page(out: &mut dyn Write) -> std::io::Result<()> {
     }
     roff.control("SH", ["FILES"]);
     for (path, what) in FILES {
+        roff.control("TP", []);
+        roff.text([italic(*path)]);
+        roff.text([roman(*what)]);
+    }
+    roff.control("SH", ["SEE ALSO"]);
+    roff.text([roman(
+        "The documentation, in the source tree of tono-seal, read in this order:",
+    )]);
+    for (path, what) in DOCS {
         roff.control("TP", []);
         roff.text([italic(*path)]);
         roff.text([roman(*what)]);
