@@ -59,6 +59,11 @@ pub struct AuditRecord {
     pub secrets_requested: Vec<String>,
     /// The requested names the turn granted.
     pub secrets_granted: Vec<String>,
+    /// Of those, the ones given as files in the call's
+    /// `$CREDENTIALS_DIRECTORY` (absent when none: records written before
+    /// secrets could be files read the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets_as_files: Vec<String>,
     /// The network the call ran with (`host` until calls get a network
     /// namespace of their own).
     pub network: String,
@@ -114,6 +119,7 @@ impl AuditRecord {
             reason_code: String::new(),
             secrets_requested: Vec::new(),
             secrets_granted: Vec::new(),
+            secrets_as_files: Vec::new(),
             network: "host".into(),
             view: "host".into(),
             exit_code: None,

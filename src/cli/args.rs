@@ -419,7 +419,9 @@ pub enum Command {
     Run {
         #[command(flatten)]
         user: UserArg,
-        /// A secret to unseal into the variable of the same name, or NAME=ENV.
+        /// A secret to unseal: NAME (into the variable NAME), NAME=ENV, or
+        /// as a file of the call's own $CREDENTIALS_DIRECTORY: NAME=@,
+        /// NAME=@FILE, NAME=ENV@FILE (ENV holds the file's path).
         #[arg(long = "secret", short = 's')]
         secrets: Vec<String>,
         /// Working folder (absolute; default the user's home).
@@ -444,7 +446,8 @@ pub enum Command {
     Call {
         #[command(flatten)]
         user: UserArg,
-        /// A secret the call may ask for: NAME or NAME=ENV.
+        /// A secret the call may ask for: NAME, NAME=ENV, or as a file in
+        /// $CREDENTIALS_DIRECTORY: NAME=@, NAME=@FILE, NAME=ENV@FILE.
         #[arg(long = "secret", short = 's')]
         secrets: Vec<String>,
         /// Timeout in seconds.
@@ -480,7 +483,8 @@ pub enum Command {
     Mcp {
         #[command(flatten)]
         user: UserArg,
-        /// A secret calls may ask for: NAME or NAME=ENV.
+        /// A secret calls may ask for: NAME, NAME=ENV, or as a file in
+        /// $CREDENTIALS_DIRECTORY: NAME=@, NAME=@FILE, NAME=ENV@FILE.
         #[arg(long = "secret", short = 's')]
         secrets: Vec<String>,
         /// A policy file (JSON); the built-in default otherwise.

@@ -1,7 +1,7 @@
 //! `tono-seal serve --stdio`: a long-running worker speaking JSON lines.
 //!
-//! Each request line is `{"id": …, "user": …, "secrets": [NAME or
-//! NAME=ENV, …], "call": {…}, "network": "none" | "proxy" | "host"}`
+//! Each request line is `{"id": …, "user": …, "secrets": [NAME,
+//! NAME=ENV, or a file grant NAME=@FILE / NAME=ENV@FILE, …], "call": {…}, "network": "none" | "proxy" | "host"}`
 //! (`network` optional: the worker's default otherwise); each answer line is `{"id": …, "outcome":
 //! {…}}` or `{"id": … | null, "error": {"code": …, "message": …}}`.
 //! Requests run concurrently and are answered in order of completion. A

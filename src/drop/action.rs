@@ -82,11 +82,14 @@ fn args<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Verdict> {
 }
 
 /// Binds each secret the call names to its grant. A name asked for twice,
-/// or two secrets bound to one variable, is refused: the program would see
-/// one variable twice, and programs differ on which copy they read.
+/// two secrets bound to one variable or to one file name, or a variable
+/// named `CREDENTIALS_DIRECTORY` beside a file, is refused: the program
+/// would see one variable twice (and programs differ on which copy they
+/// read), or one file where two were meant.
 fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretBinding>, Verdict> {
     let mut bound: Vec<SecretBinding> = Vec::with_capacity(wanted.len());
     let mut variables = BTreeSet::new();
+    let mut files = BTreeSet::new();
     for name in wanted {
         let grant = grants
             .iter()
@@ -97,26 +100,45 @@ fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretB
                     format!("the call asks for secret {name:?}, which this turn does not allow"),
                 )
             })?;
-        if !variables.insert(grant.env.as_str()) {
-            return Err(if bound.iter().any(|b| b.name == *name) {
-                Verdict::refuse(
-                    "secret_repeated",
-                    format!("the call asks for secret {name:?} more than once"),
-                )
-            } else {
-                Verdict::refuse(
+        if bound.iter().any(|b| b.name == *name) {
+            return Err(Verdict::refuse(
+                "secret_repeated",
+                format!("the call asks for secret {name:?} more than once"),
+            ));
+        }
+        if let Some(env) = &grant.env {
+            if !variables.insert(env.as_str()) {
+                return Err(Verdict::refuse(
                     "env_conflict",
                     format!(
-                        "secret {name:?} would set {}, which another secret of this call sets",
-                        grant.env
+                        "secret {name:?} would set {env}, which another secret of this call sets"
                     ),
-                )
-            });
+                ));
+            }
+        }
+        if let Some(file) = &grant.file {
+            if !files.insert(file.as_str()) {
+                return Err(Verdict::refuse(
+                    "file_conflict",
+                    format!(
+                        "secret {name:?} would be the file {file}, which another secret of this \
+                         call is"
+                    ),
+                ));
+            }
         }
         bound.push(SecretBinding {
             name: grant.name.to_string(),
             env: grant.env.clone(),
+            file: grant.file.clone(),
         });
+    }
+    let directory = crate::launch::credentials::CREDENTIALS_VARIABLE;
+    if !files.is_empty() && variables.contains(directory) {
+        return Err(Verdict::refuse(
+            "env_conflict",
+            format!("{directory} names the call's credentials folder; a secret cannot set it"),
+        ));
     }
     Ok(bound)
 }

@@ -79,6 +79,15 @@ pub(crate) async fn launch_as(
         refuse_syscalls,
         ..LaunchPlan::for_user(user, action)
     };
+    if plan.has_file_secrets() && !plan.in_own_namespaces() {
+        return Err(LaunchError::new(
+            Stage::Plan,
+            "file_needs_private_view",
+            "a secret given as a file needs the private view (--view private): the shared \
+             view has no folder of the call's own to hold it, and the user's other processes \
+             would see one on the host",
+        ));
+    }
     // What the launch really gets: provisioning and the sweep always run
     // on the host's network (they run no program of the user's choosing).
     let network = if plan.in_own_network() {

@@ -59,6 +59,10 @@ pub struct Outcome {
     /// launcher masks its output before it leaves the user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masks: Option<std::collections::BTreeMap<String, u64>>,
+    /// The secrets the call was given as files in its
+    /// `$CREDENTIALS_DIRECTORY` (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets_as_files: Vec<String>,
 }
 
 impl Outcome {
@@ -83,6 +87,7 @@ impl Outcome {
             limits: None,
             result: None,
             masks: None,
+            secrets_as_files: Vec::new(),
         }
     }
 

@@ -29,6 +29,19 @@ pub(super) fn requested_secrets(call: &ToolCall) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Of the names a call asked for, those its grants give as files.
+pub(super) fn secrets_as_files(req: &DropRequest<'_>, requested: &[String]) -> Vec<String> {
+    requested
+        .iter()
+        .filter(|name| {
+            req.grants
+                .iter()
+                .any(|g| g.name.as_str() == name.as_str() && g.file.is_some())
+        })
+        .cloned()
+        .collect()
+}
+
 /// The receipt of a call that took `took`.
 pub(super) fn receipt(
     req: &DropRequest<'_>,
@@ -44,6 +57,7 @@ pub(super) fn receipt(
     AuditRecord {
         secrets_requested: requested,
         secrets_granted: granted,
+        secrets_as_files: outcome.secrets_as_files.clone(),
         ..outcome_receipt(RecordKind::Call, req.user, outcome, took)
     }
 }

@@ -22,25 +22,66 @@ pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
 /// Default cap on what `read_file` returns.
 pub const DEFAULT_READ_MAX: u64 = 1024 * 1024;
 
-/// A secret the turn allows, and the variable it is bound to.
+/// A secret the turn allows, and how it reaches the program: as the value
+/// of a variable, or as a file in the call's own `$CREDENTIALS_DIRECTORY`
+/// (optionally with a variable that holds the file's path).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretGrant {
     /// The secret's name in the user's store.
     pub name: SecretName,
-    /// The environment variable that receives it.
-    pub env: String,
+    /// The environment variable that receives it: its value, or, for a
+    /// file, the file's path.
+    pub env: Option<String>,
+    /// The file's name in `$CREDENTIALS_DIRECTORY`, for a secret given as
+    /// a file.
+    pub file: Option<String>,
 }
 
 impl SecretGrant {
-    /// Parses `NAME` (bound to the variable `NAME`) or `NAME=ENV`.
+    /// Parses a grant:
+    ///
+    /// - `NAME`: the value in the variable `NAME`;
+    /// - `NAME=ENV`: the value in the variable `ENV`;
+    /// - `NAME=@` or `NAME=@FILE`: the value as the file `NAME` (or `FILE`)
+    ///   in `$CREDENTIALS_DIRECTORY`;
+    /// - `NAME=ENV@` or `NAME=ENV@FILE`: that file, and `ENV` holds its
+    ///   path (the `NAME_FILE` convention: `GOOGLE_APPLICATION_CREDENTIALS`,
+    ///   `PGPASSFILE`).
+    ///
+    /// `@` because no variable name holds one, and it reads as curl's
+    /// `@file`: "the contents of a file".
     pub fn parse(spec: &str) -> Result<Self, String> {
-        let (name, env) = spec.split_once('=').unwrap_or((spec, spec));
+        let (name, to) = spec.split_once('=').unwrap_or((spec, spec));
         let name = SecretName::parse(name).map_err(|e| e.to_string())?;
-        crate::env::valid_env_name(env)?;
+        let (env, file) = match to.split_once('@') {
+            None => (Some(to), None),
+            Some((env, file)) => {
+                let file = if file.is_empty() { name.as_str() } else { file };
+                crate::launch::credentials::valid_file_name(file)?;
+                ((!env.is_empty()).then_some(env), Some(file.to_owned()))
+            }
+        };
+        if let Some(env) = env {
+            crate::env::valid_env_name(env)?;
+        }
         Ok(Self {
             name,
-            env: env.to_owned(),
+            env: env.map(str::to_owned),
+            file,
         })
+    }
+
+    /// What the program gets, for people: `$ENV`, or
+    /// `$CREDENTIALS_DIRECTORY/FILE` (and `$ENV` holding that path).
+    pub fn delivery(&self) -> String {
+        match (&self.env, &self.file) {
+            (Some(env), None) => format!("${env}"),
+            (None, Some(file)) => format!("the file $CREDENTIALS_DIRECTORY/{file}"),
+            (Some(env), Some(file)) => {
+                format!("the file $CREDENTIALS_DIRECTORY/{file} (its path in ${env})")
+            }
+            (None, None) => "nothing".into(),
+        }
     }
 }
 
@@ -193,4 +234,55 @@ pub struct DropRequest<'a> {
     pub call: &'a [u8],
     /// Options.
     pub options: RunOptions,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(spec: &str) -> (Option<String>, Option<String>) {
+        let g = SecretGrant::parse(spec).unwrap();
+        (g.env, g.file)
+    }
+
+    #[test]
+    fn a_grant_is_a_variable_or_a_file_and_its_path_variable() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(grant("tok"), (s("tok"), None));
+        assert_eq!(grant("tok=GH_TOKEN"), (s("GH_TOKEN"), None));
+        assert_eq!(grant("deploy_key=@"), (None, s("deploy_key")));
+        assert_eq!(grant("deploy_key=@id_ed25519"), (None, s("id_ed25519")));
+        assert_eq!(
+            grant("gsa=GOOGLE_APPLICATION_CREDENTIALS@"),
+            (s("GOOGLE_APPLICATION_CREDENTIALS"), s("gsa"))
+        );
+        assert_eq!(
+            grant("gsa=GOOGLE_APPLICATION_CREDENTIALS@sa.json"),
+            (s("GOOGLE_APPLICATION_CREDENTIALS"), s("sa.json"))
+        );
+        let g = SecretGrant::parse("gsa=GOOGLE_APPLICATION_CREDENTIALS@sa.json").unwrap();
+        assert_eq!(
+            g.delivery(),
+            "the file $CREDENTIALS_DIRECTORY/sa.json (its path in $GOOGLE_APPLICATION_CREDENTIALS)"
+        );
+    }
+
+    #[test]
+    fn a_file_grant_names_one_file_and_a_valid_variable() {
+        for bad in [
+            "k=@..",
+            "k=@.",
+            "k=@a/b",
+            "k=@../etc/passwd",
+            "k=@a b",
+            "k==@f",
+        ] {
+            let e = SecretGrant::parse(bad).unwrap_err();
+            assert!(!e.is_empty(), "{bad}");
+        }
+        let e = SecretGrant::parse("k=@a/b").unwrap_err();
+        assert!(e.contains("is not one file name"), "{e}");
+        // Two '@': the second is part of the file name, which refuses it.
+        assert!(SecretGrant::parse("k=A@b@c").is_err());
+    }
 }

@@ -11,7 +11,7 @@
 use super::action::prepare;
 use super::launch_as::{launch_as, outcome_of};
 use super::outcome::Outcome;
-use super::receipt::{receipt, requested_secrets};
+use super::receipt::{receipt, requested_secrets, secrets_as_files};
 use super::request::DropRequest;
 use crate::classify::{classify_raw, Verdict, VerdictKind};
 use crate::env::EnvBuilder;
@@ -96,7 +96,9 @@ async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome
         None,
     )
     .await;
-    outcome_of(&verdict, tool, req.user, launched)
+    let mut outcome = outcome_of(&verdict, tool, req.user, launched);
+    outcome.secrets_as_files = secrets_as_files(req, requested);
+    outcome
 }
 
 /// Runs a `Stay` read inside the worker (no launch, no user).

@@ -15,6 +15,7 @@
 
 pub mod access;
 pub mod builtin;
+pub mod credentials;
 pub mod drop_held;
 pub mod home;
 pub mod mask;

@@ -59,6 +59,12 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// Whether the plan's program is given a secret as a file (which only
+    /// a launch in its own namespaces can hold: [`super::credentials`]).
+    pub fn has_file_secrets(&self) -> bool {
+        matches!(&self.action, Action::Exec(exec) if exec.secrets.iter().any(|s| s.file.is_some()))
+    }
+
     /// Whether the launch runs in the call's own namespaces (the private
     /// view of a program or a file tool): the worker starts its launcher in
     /// a PID namespace of its own, and the launcher checks it was.
@@ -221,14 +227,21 @@ impl Drop for PlanEnv {
     }
 }
 
-/// One secret and the variable it goes to.
+/// One secret and where it goes: the value into a variable, or a file of
+/// the call's own credentials folder ([`super::credentials`]) whose path a
+/// variable may hold.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SecretBinding {
     /// The secret's name in the store.
     pub name: String,
-    /// The environment variable that receives its value.
-    pub env: String,
+    /// The environment variable that receives its value, or, with
+    /// [`Self::file`], the file's path.
+    #[serde(default)]
+    pub env: Option<String>,
+    /// The file's name in the call's `$CREDENTIALS_DIRECTORY`.
+    #[serde(default)]
+    pub file: Option<String>,
 }
 
 /// Key store operations (`tono-seal` provisioning commands).

@@ -44,6 +44,7 @@ use nix::unistd::{Gid, Uid};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::builtin;
+use super::credentials::{self, CREDENTIALS_DIR, CREDENTIALS_VARIABLE};
 use super::drop_held::check_drop_held;
 use super::mask::{MaskError, Masker};
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
@@ -291,6 +292,20 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     } else {
         None
     };
+    // Secrets as files: a folder of the call's own, made as root, filled
+    // as the user (see `credentials`).
+    let credentials_folder = match (plan.has_file_secrets(), own_namespaces) {
+        (false, _) => None,
+        (true, true) => Some(credentials::mount(plan.uid, plan.gid)?),
+        (true, false) => {
+            return Err(LaunchError::new(
+                Stage::View,
+                "file_needs_private_view",
+                "a secret given as a file needs the private view: the shared view has no \
+                 folder of the call's own to hold it",
+            ))
+        }
+    };
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
     // A keyring of the call's own: the one inherited from the worker (a
@@ -306,7 +321,9 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     // Before anything user-chosen runs, and inherited by all of it.
     filter.install()?;
     match &plan.action {
-        Action::Exec(exec) => exec_program(&plan, exec, status, store).map(Finish::Ended),
+        Action::Exec(exec) => {
+            exec_program(&plan, exec, status, store, credentials_folder).map(Finish::Ended)
+        }
         Action::Keys { op } => {
             enter_folder(&plan.home, &plan.home)?;
             builtin::keys(&KeyStore::in_home(&plan.home), op).map(Finish::Done)
@@ -356,6 +373,7 @@ fn exec_program(
     exec: &ExecPlan,
     status: &mut File,
     store: Option<std::os::fd::OwnedFd>,
+    credentials_folder: Option<std::os::fd::OwnedFd>,
 ) -> Result<Ended, LaunchError> {
     let bad = |code: &str, message: String| LaunchError::new(Stage::Plan, code, message);
     if exec.argv.is_empty() {
@@ -372,9 +390,18 @@ fn exec_program(
     // Each variable once, checked before anything is unsealed: with a name
     // twice, programs differ on which copy they read.
     let mut names = BTreeSet::new();
-    let plain = exec.env.iter().map(|(name, _)| (name, "a plain variable"));
-    let secret = exec.secrets.iter().map(|s| (&s.env, "a secret's"));
-    for (name, what) in plain.chain(secret) {
+    let plain = exec
+        .env
+        .iter()
+        .map(|(name, _)| (name.as_str(), "a plain variable"));
+    let secret = exec
+        .secrets
+        .iter()
+        .filter_map(|s| s.env.as_deref().map(|env| (env, "a secret's")));
+    let folder = credentials_folder
+        .is_some()
+        .then_some((CREDENTIALS_VARIABLE, "the credentials folder's"));
+    for (name, what) in plain.chain(secret).chain(folder) {
         crate::env::valid_env_name(name).map_err(|m| bad("env_invalid", m))?;
         if !names.insert(name) {
             return Err(bad(
@@ -382,6 +409,20 @@ fn exec_program(
                 format!("{name} is set twice (the second time as {what})"),
             ));
         }
+    }
+    // Each file once, and only where a folder of the call's own holds it.
+    let mut files = BTreeSet::new();
+    for file in exec.secrets.iter().filter_map(|s| s.file.as_deref()) {
+        credentials::valid_file_name(file).map_err(|m| bad("file_name_invalid", m))?;
+        if !files.insert(file) {
+            return Err(bad("file_conflict", format!("{file} is given two secrets")));
+        }
+    }
+    if !files.is_empty() && credentials_folder.is_none() {
+        return Err(bad(
+            "file_needs_private_view",
+            "a secret given as a file needs the call's own credentials folder".into(),
+        ));
     }
     let mut envp: Vec<Zeroizing<CString>> = Vec::with_capacity(exec.env.len() + exec.secrets.len());
     for (name, value) in exec.env.iter() {
@@ -409,7 +450,21 @@ fn exec_program(
             let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
             let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
             let value = secrecy::ExposeSecret::expose_secret(&plain);
-            envp.push(secret_entry(&binding.env, value, &name)?);
+            match (&binding.file, &binding.env, &credentials_folder) {
+                (Some(file), env, Some(folder)) => {
+                    credentials::write(folder, file, value)?;
+                    if let Some(env) = env {
+                        envp.push(plain_entry(env, &format!("{CREDENTIALS_DIR}/{file}"))?);
+                    }
+                }
+                (None, Some(env), _) => envp.push(secret_entry(env, value, &name)?),
+                _ => {
+                    return Err(bad(
+                        "plan_invalid",
+                        format!("secret {name} goes neither to a variable nor to a file"),
+                    ))
+                }
+            }
             if relayed {
                 unsealed.push((binding.name.clone(), Zeroizing::new(value.to_vec())));
             }
@@ -418,6 +473,10 @@ fn exec_program(
     }
     // The store's descriptor is not the program's.
     drop(store);
+    if let Some(folder) = credentials_folder {
+        credentials::close(folder)?;
+        envp.push(plain_entry(CREDENTIALS_VARIABLE, CREDENTIALS_DIR)?);
+    }
     let masker = if relayed {
         let pairs: Vec<(&str, &[u8])> = unsealed
             .iter()
@@ -468,6 +527,19 @@ fn exec_program(
         &format!("execve {}", exec.argv[0]),
         errno,
     ))
+}
+
+/// `NAME=value\0` for a value that is not a secret (a path).
+fn plain_entry(env: &str, value: &str) -> Result<Zeroizing<CString>, LaunchError> {
+    CString::new(format!("{env}={value}"))
+        .map(Zeroizing::new)
+        .map_err(|_| {
+            LaunchError::new(
+                Stage::Plan,
+                "env_invalid",
+                format!("{env} holds a NUL byte"),
+            )
+        })
 }
 
 /// The most bytes one `NAME=value` string may have, its NUL included, for

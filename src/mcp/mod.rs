@@ -126,7 +126,7 @@ fn secrets_property(grants: &[SecretGrant]) -> Value {
     }
     let becomes: Vec<String> = grants
         .iter()
-        .map(|g| format!("{} as ${}", g.name.as_str(), g.env))
+        .map(|g| format!("{} as {}", g.name.as_str(), g.delivery()))
         .collect();
     json!({
         "type": "array", "uniqueItems": true,
@@ -200,7 +200,7 @@ fn describe(kind: ToolKind, grants: &[SecretGrant]) -> (Value, String) {
         });
         let becomes: Vec<String> = grants
             .iter()
-            .map(|g| format!("{} → ${}", g.name.as_str(), g.env))
+            .map(|g| format!("{} → {}", g.name.as_str(), g.delivery()))
             .collect();
         text.push_str(&becomes.join(", "));
     }

@@ -1,0 +1,201 @@
+//! Secrets given as files: the call's own `$CREDENTIALS_DIRECTORY`.
+//!
+//! Guarantees:
+//! - The folder is a fresh `ramfs` (never swapped; its pages are charged
+//!   to the call's memory cgroup), mounted `nosuid,nodev,noexec` by root,
+//!   before the drop, in the call's own mount namespace, at
+//!   [`CREDENTIALS_DIR`]: onto a folder root owns, reached from `/run`
+//!   by descriptor with no link followed (`openat2`, `RESOLVE_BENEATH |
+//!   RESOLVE_NO_SYMLINKS`). Nothing of it exists outside the call's mount
+//!   namespace, which ends with the call's last process; no other call,
+//!   of any user, sees it.
+//! - Its root is the user's: `0700` while the launcher, already the user,
+//!   writes each file (`O_CREAT|O_EXCL|O_NOFOLLOW`, `0400`) through the
+//!   folder's descriptor, then `0500` before anything user-chosen runs.
+//! - Only a launch in its own namespaces holds such a folder: a plan that
+//!   gives a file to a launch in the host's namespaces is refused
+//!   (`file_needs_private_view`), never written where others could look.
+//! - A file name is one plain name ([`valid_file_name`]); two secrets to
+//!   one name are refused (`file_conflict`) before anything is unsealed.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use nix::sys::stat::Mode;
+
+use super::report::{LaunchError, Stage};
+use super::view::fd_path;
+use crate::sys;
+
+/// Where a call finds its secrets given as files (the value of
+/// `$CREDENTIALS_DIRECTORY`), as systemd puts a service's credentials
+/// under `/run/credentials`.
+pub const CREDENTIALS_DIR: &str = "/run/credentials";
+
+/// The variable that names the folder, as systemd's services get it.
+pub const CREDENTIALS_VARIABLE: &str = "CREDENTIALS_DIRECTORY";
+
+/// The most bytes a credential file's name may have (a file name's limit).
+pub const MAX_FILE_NAME_LEN: usize = 255;
+
+/// Checks that `name` is one plain file name for `$CREDENTIALS_DIRECTORY`:
+/// letters, digits, `.`, `_` and `-`, not `.` or `..`, at most 255 bytes.
+pub fn valid_file_name(name: &str) -> Result<(), String> {
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty() || name == "." || name == ".." || !plain || name.len() > MAX_FILE_NAME_LEN {
+        return Err(format!(
+            "{:?} is not one file name: use letters, digits, '.', '_' and '-' (not '.' or \
+             '..', no '/'), at most {MAX_FILE_NAME_LEN} bytes",
+            name.escape_debug().to_string()
+        ));
+    }
+    Ok(())
+}
+
+fn refused(what: &str, e: Errno) -> LaunchError {
+    LaunchError::sys(Stage::View, "credentials_refused", what, e)
+}
+
+fn io_refused(what: &str, e: std::io::Error) -> LaunchError {
+    LaunchError {
+        stage: Stage::View,
+        code: "credentials_refused".into(),
+        message: format!("{what}: {e}"),
+        errno: e.raw_os_error(),
+    }
+}
+
+/// A folder root owns, as an `O_PATH` descriptor, or a refusal.
+fn root_folder(fd: OwnedFd, what: &str) -> Result<OwnedFd, LaunchError> {
+    let meta = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| refused(what, e))?;
+    let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if !is_dir || meta.st_uid != 0 {
+        return Err(LaunchError::new(
+            Stage::View,
+            "credentials_refused",
+            format!(
+                "{what} is not a folder root owns (uid {}); a call's credentials are mounted \
+                 only onto one",
+                meta.st_uid
+            ),
+        ));
+    }
+    Ok(fd)
+}
+
+/// As root, in the call's own mount namespace, before the drop: mounts a
+/// fresh `ramfs` at [`CREDENTIALS_DIR`] (making the folder under `/run`
+/// first where the host has none) and gives its root to the user, `0700`.
+/// Returns the folder's descriptor, for [`write()`] after the drop.
+pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let run: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open("/run")
+        .map_err(|e| io_refused("open /run", e))?
+        .into();
+    let run = root_folder(run, "/run")?;
+    let name = c"credentials";
+    match nix::sys::stat::mkdirat(Some(run.as_raw_fd()), name, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(refused("make /run/credentials", e)),
+    }
+    let below = sys::open_beneath(
+        run.as_fd(),
+        name,
+        OFlag::O_PATH | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map_err(|e| io_refused("open /run/credentials (a link is never followed)", e))?;
+    let below = root_folder(below, CREDENTIALS_DIR)?;
+    nix::mount::mount(
+        Some("tono-credentials"),
+        &fd_path(&below),
+        Some("ramfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0700"),
+    )
+    .map_err(|e| refused("mount a ramfs at /run/credentials", e))?;
+    // The new mount's root: the same name, looked up again.
+    let folder = sys::open_beneath(
+        run.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map_err(|e| io_refused("open the call's /run/credentials", e))?;
+    nix::unistd::fchown(
+        folder.as_raw_fd(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .map_err(|e| refused("give /run/credentials to the user", e))?;
+    Ok(folder)
+}
+
+/// As the user: writes `value` as the file `file` of the folder,
+/// `0400`, never through a link or over a file already there.
+pub fn write(folder: &OwnedFd, file: &str, value: &[u8]) -> Result<(), LaunchError> {
+    let failed = |what: &str, e: std::io::Error| LaunchError {
+        stage: Stage::Unseal,
+        code: "credential_write_failed".into(),
+        message: format!("{what} {CREDENTIALS_DIR}/{file}: {e}"),
+        errno: e.raw_os_error(),
+    };
+    valid_file_name(file).map_err(|m| LaunchError::new(Stage::Plan, "file_name_invalid", m))?;
+    let name = std::ffi::CString::new(file)
+        .map_err(|_| LaunchError::new(Stage::Plan, "file_name_invalid", "a NUL byte"))?;
+    let fd = sys::open_beneath(
+        folder.as_fd(),
+        &name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+        Mode::from_bits_truncate(0o400),
+    )
+    .map_err(|e| failed("create", e))?;
+    std::fs::File::from(fd)
+        .write_all(value)
+        .map_err(|e| failed("write", e))
+}
+
+/// As the user, once every file is written: the folder becomes `0500`
+/// (nothing more is added by the launcher) and its descriptor is closed.
+pub fn close(folder: OwnedFd) -> Result<(), LaunchError> {
+    nix::sys::stat::fchmod(folder.as_raw_fd(), Mode::from_bits_truncate(0o500))
+        .map_err(|e| refused("make /run/credentials 0500", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_name_is_one_plain_name() {
+        for good in ["deploy_key", "id_ed25519", "sa.json", "a-b.c_d", "x"] {
+            assert!(valid_file_name(good).is_ok(), "{good}");
+        }
+        let long = "a".repeat(MAX_FILE_NAME_LEN + 1);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "/etc/passwd",
+            "../x",
+            "a b",
+            "é",
+            "a\0b",
+            &long,
+        ] {
+            let e = valid_file_name(bad).unwrap_err();
+            assert!(e.contains("is not one file name"), "{bad:?}: {e}");
+        }
+        assert!(valid_file_name(&"a".repeat(MAX_FILE_NAME_LEN)).is_ok());
+    }
+}
