@@ -493,14 +493,18 @@ fn ssh_and_git_log_in_with_a_deploy_key_given_as_a_file() {
         &format!(
             "{ssh} {account}@127.0.0.1 id -un && \
              GIT_SSH_COMMAND='{ssh}' git clone -q {account}@127.0.0.1:repo.git /tmp/clone && \
-             cat /tmp/clone/README",
+             cat /tmp/clone/README && head -2 \"$CREDENTIALS_DIRECTORY/deploy_key\"",
             account = account.name()
         ),
         host_network(),
     );
     assert_eq!(
         ran(&o),
-        format!("{}\ndeployed\n", account.name()),
+        // The key file's first two lines, printed alone: each masked.
+        format!(
+            "{}\ndeployed\n[masked:deploy_key]\n[masked:deploy_key]\n",
+            account.name()
+        ),
         "{o:?}\nstderr: {}",
         o.stderr
     );

@@ -11,7 +11,9 @@
 //! `[masked:NAME]`, leftmost-longest. Matching ignores runs of up to
 //! [`MAX_GAP`] whitespace bytes on both sides, so a form wrapped into lines
 //! (`base64`, `xxd -p`) or spaced into bytes (`od -An -tx1`) is masked
-//! whole, whitespace and all. Output split across any number of
+//! whole, whitespace and all. A value of several lines (a key file) has
+//! each line of [`MIN_LINE_BYTES`] or more masked by itself too, so a part
+//! of it printed line by line shows none of them. Output split across any number of
 //! writes at any byte boundary is masked the same: a stream holds back the
 //! longest pattern's length minus one byte and nothing else, with no timer
 //! that could flush a partial match; everything that is not a match passes
@@ -185,6 +187,32 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     all
 }
 
+/// The shortest line of a value of several lines that is masked by
+/// itself (a PEM key's base64 lines have 64 or 70 characters, its armour
+/// lines over 30).
+pub const MIN_LINE_BYTES: usize = 20;
+/// The most lines of one value masked by themselves (a 4096-bit RSA key
+/// in PEM has about 50; a 1 MiB value of 64-byte lines about 16,000, whose
+/// patterns would cost the call's start more than their worth).
+pub const MAX_MASKED_LINES: usize = 1024;
+
+/// Each line of a value of several lines, without its line end, that has
+/// at least [`MIN_LINE_BYTES`] bytes: masked by itself, so a tool that
+/// prints part of a key file (`head -2`, `grep`, `sed -n 2p`) shows no
+/// line of it. Up to [`MAX_MASKED_LINES`], from the start.
+fn lines(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+    if !value.contains(&b'\n') {
+        return Vec::new();
+    }
+    value
+        .split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(|line| line.len() >= MIN_LINE_BYTES && line.len() < value.len())
+        .take(MAX_MASKED_LINES)
+        .map(|line| Zeroizing::new(line.to_vec()))
+        .collect()
+}
+
 /// How many bytes of each folded form the automaton holds: a match of them
 /// is a candidate, confirmed by comparing the whole form. An automaton of
 /// whole forms costs about a microsecond a byte to build (a 64 KiB value
@@ -229,7 +257,7 @@ impl Masker {
                     len: solid,
                 });
             }
-            for form in forms(value) {
+            for form in forms(value).into_iter().chain(lines(value)) {
                 let mut folded = Zeroizing::new(Vec::with_capacity(form.len()));
                 if form.iter().any(|&b| is_gap(b)) {
                     fold(&form, 0, true, &mut folded, &mut Vec::new());
@@ -506,6 +534,42 @@ mod tests {
         assert!(!out.is_empty() && line.starts_with(&out) && out.len() < line.len());
         let held = line[out.len()..].iter().filter(|b| !is_gap(**b)).count();
         assert_eq!(held, masker.hold, "{}", String::from_utf8_lossy(&out));
+    }
+
+    #[test]
+    fn each_line_of_a_key_file_printed_alone_is_masked() {
+        let key = b"-----BEGIN OPENSSH PRIVATE KEY-----\n\
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n\
+QyNTUxOQAAACBvcGVuc3NoLWtleS12MQAAAAAEbm9uZQAAAARub25l\r\n\
+short line\n\
+-----END OPENSSH PRIVATE KEY-----\n";
+        let mut masker = Masker::new(&[("deploy_key", key)]).unwrap();
+        // `head -2`: the armour line and the first base64 line, each masked.
+        let head: Vec<u8> = key
+            .split_inclusive(|&b| b == b'\n')
+            .take(2)
+            .flatten()
+            .copied()
+            .collect();
+        let out = mask_all(&mut masker, &[&head]);
+        assert_eq!(out, b"[masked:deploy_key]\n[masked:deploy_key]\n");
+        // A CRLF line without its CR, in other text, split anywhere.
+        let line = b"QyNTUxOQAAACBvcGVuc3NoLWtleS12MQAAAAAEbm9uZQAAAARub25l";
+        let text = [&b"x "[..], line, b" y"].concat();
+        for cut in 0..text.len() {
+            let out = mask_all(&mut masker, &[&text[..cut], &text[cut..]]);
+            assert_eq!(out, b"x [masked:deploy_key] y", "cut at {cut}");
+        }
+        // The whole file is one mask; a line under MIN_LINE_BYTES is not
+        // masked by itself (control).
+        assert_eq!(mask_all(&mut masker, &[key]), b"[masked:deploy_key]\n");
+        assert_eq!(mask_all(&mut masker, &[b"short line"]), b"short line");
+        // A value of one line gets no line patterns.
+        assert!(lines(b"one-line-value-of-some-length").is_empty());
+        assert_eq!(
+            lines(&b"l-of-twenty-bytes-xx\n".repeat(2000)).len(),
+            MAX_MASKED_LINES
+        );
     }
 
     #[test]
