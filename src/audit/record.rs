@@ -64,8 +64,8 @@ pub struct AuditRecord {
     /// secrets could be files read the same).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets_as_files: Vec<String>,
-    /// The network the call ran with (`host` until calls get a network
-    /// namespace of their own).
+    /// The network the call ran with: `none`, `proxy` or `host` (`host`
+    /// where nothing ran).
     pub network: String,
     /// What the call's program saw: `private` (its own mount and PID
     /// namespaces, the key store hidden, its output masked), `shared` (the

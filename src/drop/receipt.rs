@@ -94,7 +94,40 @@ pub fn outcome_receipt(
         view: limits
             .and_then(|l| l.view.clone())
             .unwrap_or_else(|| "host".into()),
+        network: limits
+            .and_then(|l| l.network.clone())
+            .unwrap_or_else(|| "host".into()),
         masks: outcome.masks.clone(),
         ..AuditRecord::new(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Verdict;
+    use crate::contain::AppliedLimits;
+
+    #[test]
+    fn the_receipt_says_the_network_and_view_the_call_ran_with() {
+        let user = TargetUser {
+            name: "tonotest".into(),
+            uid: 61000,
+            gid: 61000,
+            home: "/home/tonotest".into(),
+            shell: "/bin/sh".into(),
+        };
+        let verdict = Verdict::drop("side_effect", "test");
+        let mut outcome = Outcome::not_run(&verdict, Some("shell".into()), None);
+        // Nothing ran: the host's, as the record's defaults say.
+        let r = outcome_receipt(RecordKind::Call, &user, &outcome, Duration::ZERO);
+        assert_eq!((r.network.as_str(), r.view.as_str()), ("host", "host"));
+        outcome.limits = Some(AppliedLimits {
+            network: Some("none".into()),
+            view: Some("private".into()),
+            ..AppliedLimits::default()
+        });
+        let r = outcome_receipt(RecordKind::Call, &user, &outcome, Duration::ZERO);
+        assert_eq!((r.network.as_str(), r.view.as_str()), ("none", "private"));
     }
 }
