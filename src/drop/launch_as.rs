@@ -84,8 +84,7 @@ pub(crate) async fn launch_as(
             Stage::Plan,
             "file_needs_private_view",
             "a secret given as a file needs the private view (--view private): the shared \
-             view has no folder of the call's own to hold it, and the user's other processes \
-             would see one on the host",
+             view has no mount namespace of its own to hold the call's folder",
         ));
     }
     // What the launch really gets: provisioning and the sweep always run

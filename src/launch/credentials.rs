@@ -6,9 +6,16 @@
 //!   before the drop, in the call's own mount namespace, at
 //!   [`CREDENTIALS_DIR`]: onto a folder root owns, reached from `/run`
 //!   by descriptor with no link followed (`openat2`, `RESOLVE_BENEATH |
-//!   RESOLVE_NO_SYMLINKS`). Nothing of it exists outside the call's mount
-//!   namespace, which ends with the call's last process; no other call,
-//!   of any user, sees it.
+//!   RESOLVE_NO_SYMLINKS`), a folder only root may write; before it is
+//!   given to the user, the folder opened is checked to be that ramfs (its
+//!   magic, a device of its own). It exists only in the call's mount
+//!   namespace: no other call of the private view, of any user, sees it.
+//!   What it does not stop: a process of the same uid outside any private
+//!   view (a shared-view call, a login) reaches a running call's files
+//!   through `/proc/PID/root` of the tool, as it reads the tool's
+//!   environment; and a descriptor of the folder passed by the tool to
+//!   another live process of its user keeps the folder (and its memory,
+//!   then no longer the call's) until that process ends.
 //! - Its root is the user's: `0700` while the launcher, already the user,
 //!   writes each file (`O_CREAT|O_EXCL|O_NOFOLLOW`, `0400`) through the
 //!   folder's descriptor, then `0500` before anything user-chosen runs.
@@ -71,23 +78,28 @@ fn io_refused(what: &str, e: std::io::Error) -> LaunchError {
     }
 }
 
-/// A folder root owns, as an `O_PATH` descriptor, or a refusal.
-fn root_folder(fd: OwnedFd, what: &str) -> Result<OwnedFd, LaunchError> {
+/// A folder root owns that no one else may write, as an `O_PATH`
+/// descriptor, with its device; or a refusal.
+fn root_folder(fd: OwnedFd, what: &str) -> Result<(OwnedFd, u64), LaunchError> {
     let meta = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| refused(what, e))?;
     let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    if !is_dir || meta.st_uid != 0 {
+    if !is_dir || meta.st_uid != 0 || meta.st_mode & 0o022 != 0 {
         return Err(LaunchError::new(
             Stage::View,
             "credentials_refused",
             format!(
-                "{what} is not a folder root owns (uid {}); a call's credentials are mounted \
-                 only onto one",
-                meta.st_uid
+                "{what} is not a folder root owns and only root may write (uid {}, mode {:o}); \
+                 a call's credentials are mounted only onto one",
+                meta.st_uid,
+                meta.st_mode & 0o7777
             ),
         ));
     }
-    Ok(fd)
+    Ok((fd, meta.st_dev))
 }
+
+/// `statfs`'s `f_type` of a ramfs.
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
 
 /// As root, in the call's own mount namespace, before the drop: mounts a
 /// fresh `ramfs` at [`CREDENTIALS_DIR`] (making the folder under `/run`
@@ -101,7 +113,7 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         .open("/run")
         .map_err(|e| io_refused("open /run", e))?
         .into();
-    let run = root_folder(run, "/run")?;
+    let (run, _) = root_folder(run, "/run")?;
     let name = c"credentials";
     match nix::sys::stat::mkdirat(Some(run.as_raw_fd()), name, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
@@ -114,7 +126,7 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         Mode::empty(),
     )
     .map_err(|e| io_refused("open /run/credentials (a link is never followed)", e))?;
-    let below = root_folder(below, CREDENTIALS_DIR)?;
+    let (below, below_dev) = root_folder(below, CREDENTIALS_DIR)?;
     nix::mount::mount(
         Some("tono-credentials"),
         &fd_path(&below),
@@ -131,6 +143,19 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         Mode::empty(),
     )
     .map_err(|e| io_refused("open the call's /run/credentials", e))?;
+    // What root gives the user is the ramfs just mounted, nothing moved
+    // in its place since: a ramfs, on a device of its own.
+    let fs = nix::sys::statfs::fstatfs(&folder).map_err(|e| refused("statfs", e))?;
+    let dev = nix::sys::stat::fstat(folder.as_raw_fd())
+        .map_err(|e| refused("fstat", e))?
+        .st_dev;
+    if fs.filesystem_type().0 as i64 != RAMFS_MAGIC || dev == below_dev {
+        return Err(LaunchError::new(
+            Stage::View,
+            "credentials_refused",
+            "/run/credentials is not the ramfs just mounted there; nothing is given to the user",
+        ));
+    }
     nix::unistd::fchown(
         folder.as_raw_fd(),
         Some(nix::unistd::Uid::from_raw(uid)),

@@ -11,7 +11,8 @@
 //! `[masked:NAME]`, leftmost-longest. Matching ignores runs of up to
 //! [`MAX_GAP`] whitespace bytes on both sides, so a form wrapped into lines
 //! (`base64`, `xxd -p`) or spaced into bytes (`od -An -tx1`) is masked
-//! whole, whitespace and all. A value of several lines (a key file) has
+//! whole, whitespace and all. A value with whitespace at its ends (a
+//! file's last newline) is masked in every form without it too. A value of several lines (a key file) has
 //! each line of [`MIN_LINE_BYTES`] or more masked by itself too, so a part
 //! of it printed line by line shows none of them. Output split across any number of
 //! writes at any byte boundary is masked the same: a stream holds back the
@@ -257,7 +258,20 @@ impl Masker {
                     len: solid,
                 });
             }
-            for form in forms(value).into_iter().chain(lines(value)) {
+            // A value with whitespace at its ends (a file's last newline)
+            // is printed by most tools without it (`$(cat f)`, `.strip()`,
+            // `read`): every form of the trimmed value too.
+            let trimmed = value.trim_ascii();
+            let trimmed_forms =
+                match trimmed.len() < value.len() && trimmed.len() >= MIN_MASKED_BYTES {
+                    true => forms(trimmed),
+                    false => Vec::new(),
+                };
+            for form in forms(value)
+                .into_iter()
+                .chain(trimmed_forms)
+                .chain(lines(value))
+            {
                 let mut folded = Zeroizing::new(Vec::with_capacity(form.len()));
                 if form.iter().any(|&b| is_gap(b)) {
                     fold(&form, 0, true, &mut folded, &mut Vec::new());
@@ -570,6 +584,34 @@ short line\n\
             lines(&b"l-of-twenty-bytes-xx\n".repeat(2000)).len(),
             MAX_MASKED_LINES
         );
+    }
+
+    #[test]
+    fn a_value_ending_in_a_newline_is_masked_in_every_form_without_it() {
+        let mut masker = Masker::new(&[("tok", b"ghp_TRAILINGNEWLINEsecret99\n")]).unwrap();
+        let bare = b"ghp_TRAILINGNEWLINEsecret99";
+        // `printf %s "$(cat f)" | base64`, `| xxd -p`, and Basic auth's
+        // `user:VALUE` in base64: each masked.
+        let b64 = STANDARD.encode(bare);
+        let hex: String = bare.iter().map(|b| format!("{b:02x}")).collect();
+        let basic = STANDARD.encode([&b"user:"[..], bare].concat());
+        for printed in [b64.as_bytes(), hex.as_bytes(), bare] {
+            let out = mask_all(&mut masker, &[printed]);
+            assert_eq!(out, b"[masked:tok]", "{}", String::from_utf8_lossy(printed));
+        }
+        let out = mask_all(&mut masker, &[basic.as_bytes()]);
+        assert!(
+            !contains(&out, &STANDARD.encode(bare).as_bytes()[8..24]),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(
+            contains(&out, b"[masked:tok]"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        // Control: an unrelated text passes unchanged.
+        assert_eq!(mask_all(&mut masker, &[b"ghp_other"]), b"ghp_other");
     }
 
     #[test]
