@@ -34,7 +34,7 @@ const FILES: &[(&str, &str)] = &[
         "one secret sealed to the recipient (binary age), 0600",
     ),
     (
-        "/var/lib/tono-seal/audit.jsonl",
+        crate::audit::DEFAULT_PATH,
         "the worker's hash-chained receipts, root's, 0600",
     ),
 ];
