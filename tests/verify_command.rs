@@ -186,8 +186,22 @@ fn verify_inside_a_user_namespace_does_not_pass() {
         "verify passed inside a user namespace:\n{}",
         String::from_utf8_lossy(&o.stdout)
     );
+    // The probe that says why: the uid map's own line, and its verdict.
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("FAIL") || !o.stderr.is_empty(), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("the uid map is the identity"))
+        .unwrap_or_else(|| panic!("no uid_map probe line:\n{out}"));
+    assert!(line.starts_with("FAIL "), "{line}");
+    assert!(line.contains("uids here are cosmetic"), "{line}");
+    // Control: outside the user namespace the same probe passes.
+    let o = common::tono(&["verify", "--user", a.name(), "--user", b.name()], b"");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("the uid map is the identity"))
+        .unwrap_or_else(|| panic!("no uid_map probe line:\n{out}"));
+    assert!(line.starts_with("pass "), "{line}");
 }
 
 #[test]
