@@ -188,6 +188,29 @@ fn printed_forms(value: &str) -> Vec<String> {
             .trim_matches('"')
             .to_owned(),
     ];
+    // Percent-encoding (Python's `quote(safe="")`: upper-case hex, every
+    // byte but letters, digits and `_.-~`) and JSON with every non-ASCII
+    // character as `\uXXXX` (`json.dumps`' default).
+    let percent: String = value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    forms.push(percent);
+    let ascii_json: String = serde_json::to_string(value)
+        .unwrap()
+        .trim_matches('"')
+        .chars()
+        .map(|c| match c {
+            c if c.is_ascii() => c.to_string(),
+            c => format!("\\u{:04x}", c as u32),
+        })
+        .collect();
+    forms.push(ascii_json);
     for prefix in ["", "a", "ab"] {
         let text = format!("{prefix}{value}\n");
         forms.push(STANDARD.encode(&text)[4 * prefix.len().min(1)..20].to_owned());
@@ -242,8 +265,11 @@ print()
         out.stdout.lines().filter(|l| l.len() > 60).count() == 0,
         "a wrapped line went out unmasked:\n{both}"
     );
+    // One mask per printed form, exactly: 11 lines of one form each, the
+    // doubled value in base64 twice, and the byte-at-a-time value once on
+    // each stream.
     let masks = out.masks.as_ref().expect("mask counts");
-    assert!(masks["A"] >= 13, "{masks:?}\n{both}");
+    assert_eq!(masks["A"], 15, "{masks:?}\n{both}");
     assert_eq!(out.stdout.lines().next(), Some("[masked:A]"), "{both}");
     // Positive control: the shared view hands the raw value over.
     let shared = shell(&u.user, &["A"], "printf '%s\\n' \"$A\"", View::Shared);
