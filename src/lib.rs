@@ -28,6 +28,7 @@ pub mod demo;
 pub mod drop;
 pub mod env;
 pub mod fs;
+pub mod host;
 pub mod keys;
 pub mod launch;
 pub mod mcp;

@@ -23,7 +23,7 @@ use syn::visit::Visit;
 /// layer; rooms of one layer do not use each other.
 const LAYERS: &[&[&str]] = &[
     &["sys"],
-    &["user", "fs"],
+    &["user", "fs", "host"],
     &["keys", "classify", "env"],
     &["launch", "contain", "stay", "audit"],
     &["drop"],

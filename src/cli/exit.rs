@@ -23,6 +23,9 @@ pub const SECRET_CORRUPT: i32 = 6;
 pub const LAUNCH_REFUSED: i32 = 7;
 /// The user has no usable identity (missing or malformed).
 pub const IDENTITY_UNUSABLE: i32 = 8;
+/// The host does not grant what the command needs (a capability; the
+/// message names it and how to grant it).
+pub const NOT_GRANTED: i32 = 9;
 
 /// Every exit code with what it means, for the manual page.
 pub const EXIT_CODES: &[(i32, &str)] = &[
@@ -35,6 +38,7 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (SECRET_CORRUPT, "the secret (or an imported file) exists but does not open"),
     (LAUNCH_REFUSED, "the launch was refused: the plan disagreed with passwd, or the drop did not hold"),
     (IDENTITY_UNUSABLE, "the user has no usable identity (missing or malformed)"),
+    (NOT_GRANTED, "the host does not grant what the command needs: the message names the capability (CAP_SYS_ADMIN for the private view, CAP_NET_ADMIN for a network of the call's own) and how to grant it"),
 ];
 
 /// A CLI failure: a message for stderr and an exit code.
@@ -86,8 +90,18 @@ pub fn code_of(error: &LaunchError) -> i32 {
         "secret_corrupt" | "import_rejected" | "secret_has_nul" => SECRET_CORRUPT,
         "invalid_secret_name" | "value_empty" | "value_too_large" | "identity_exists" => USAGE,
         "home_missing" => LAUNCH_REFUSED,
+        code if code.ends_with("_not_granted") => NOT_GRANTED,
         _ if matches!(error.stage, Stage::Plan | Stage::Drop | Stage::Verify) => LAUNCH_REFUSED,
         _ => FAILED,
+    }
+}
+
+impl From<crate::host::Lacking> for CliError {
+    fn from(e: crate::host::Lacking) -> Self {
+        Self {
+            launch_code: Some(e.code().to_string()),
+            ..Self::new(NOT_GRANTED, e.message())
+        }
     }
 }
 

@@ -115,6 +115,26 @@ pub fn main(cli: Cli) -> i32 {
     code
 }
 
+/// A worker (`serve`, `mcp`) checks once, before it starts anything, that
+/// the host grants what its default calls need (the private view's
+/// `CAP_SYS_ADMIN`, a network of the call's own's `CAP_NET_ADMIN`), and
+/// refuses to start otherwise, naming the capability and the fix: it never
+/// starts to warn per launcher, nor falls back to a weaker view.
+fn refuse_unless_granted(options: &RunOptions) -> Result<(), CliError> {
+    use crate::host::{HostFacts, Need};
+    let mut needs = vec![Need::Drop];
+    if options.view == crate::launch::view::View::Private {
+        needs.push(Need::PrivateView);
+        let network = options
+            .network_mode()
+            .map_err(|e| CliError::usage(e.message))?;
+        if network != crate::env::Network::Host {
+            needs.push(Need::OwnNetwork);
+        }
+    }
+    HostFacts::current().require(&needs).map_err(Into::into)
+}
+
 /// Whether `command` serves calls that overlap (a worker, an MCP server,
 /// the demo's and verify's concurrent probes).
 fn serves_many(command: &Command) -> bool {
@@ -168,6 +188,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                 home: scope.home.map(Into::into),
                 ..RunOptions::default()
             };
+            refuse_unless_granted(&options)?;
             serve::serve_stdio(launcher, concurrency.max(1), options).await
         }
         Command::Mcp {
@@ -184,21 +205,23 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     return Err(CliError::usage("--cwd must be an absolute path"));
                 }
             }
+            let options = RunOptions {
+                env: env.load()?,
+                audit: audit.open()?,
+                allotted: scope.range(),
+                view: scope.view.into(),
+                network: scope.network(),
+                home: scope.home.map(Into::into),
+                ..RunOptions::default()
+            };
+            refuse_unless_granted(&options)?;
             let server = crate::mcp::McpServer::new(
                 launcher.clone(),
                 load_policy(policy.as_deref())?,
                 TargetUser::resolve(&user.user).map_err(CliError::from)?,
                 parse_grants(&secrets)?,
                 cwd,
-                RunOptions {
-                    env: env.load()?,
-                    audit: audit.open()?,
-                    allotted: scope.range(),
-                    view: scope.view.into(),
-                    network: scope.network(),
-                    home: scope.home.map(Into::into),
-                    ..RunOptions::default()
-                },
+                options,
             );
             crate::mcp::serve_mcp(server)
                 .await
@@ -209,6 +232,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
         Command::Demo => match crate::demo::demo(launcher).await {
             Ok(true) => Ok(exit::OK),
             Ok(false) => Ok(exit::FAILED),
+            Err(crate::demo::DemoError::NotGranted(lacking)) => Err(lacking.into()),
             Err(e) => Err(CliError::new(exit::FAILED, e.to_string())),
         },
         Command::Verify { .. } => verify::command(command, launcher).await,

@@ -104,8 +104,16 @@ async fn run(
         .map_err(|e| CliError::usage(format!("verify could not run: {e}")))?;
     let failed = probes.iter().filter(|p| !p.pass).count();
     let inconclusive = probes.iter().filter(|p| p.inconclusive).count();
+    // What this host grants, read before any probe (crate::host): the
+    // cause of every refusal below is named here first.
+    let host = crate::host::HostFacts::current().lines();
     if json {
+        let host: serde_json::Map<String, serde_json::Value> = host
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str())))
+            .collect();
         print_json(&serde_json::json!({
+            "host": host,
             "network": network,
             "home": home,
             "passed": probes.len() - failed,
@@ -114,6 +122,11 @@ async fn run(
             "probes": probes
         }))?;
     } else {
+        println!("host");
+        for (what, value) in &host {
+            println!("  {what:<48} {value}");
+        }
+        println!();
         println!(
             "{:<12} {:<15} {:>6} {:<8} {:<62} got",
             "result", "as", "uid", "expected", "probe"

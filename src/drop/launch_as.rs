@@ -9,7 +9,8 @@
 //! launcher loads, or the one a pooled launcher waits in); where the host
 //! has no cgroup at all the user is swept, as the user, after their last
 //! live call; and the [`AppliedLimits`] returned say what was really in
-//! force.
+//! force; a launch whose view or network needs a capability the host does
+//! not grant is refused before it starts ([`crate::host`]).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -94,6 +95,19 @@ pub(crate) async fn launch_as(
     } else {
         Network::Host
     };
+    // What the host must grant this launch, checked before anything
+    // starts: a host that does not grant it is named with the fix, never
+    // run in a weaker mode.
+    let mut needs = vec![crate::host::Need::Drop];
+    if plan.in_own_namespaces() {
+        needs.push(crate::host::Need::PrivateView);
+    }
+    if network != Network::Host {
+        needs.push(crate::host::Need::OwnNetwork);
+    }
+    crate::host::HostFacts::current()
+        .require(&needs)
+        .map_err(|l| LaunchError::new(Stage::Spawn, l.code(), l.message()))?;
     let proxy = match (&options.env.config.proxy, network == Network::Proxy) {
         (Some(url), true) => {
             let mut upstream = ProxyUpstream::parse(url)
