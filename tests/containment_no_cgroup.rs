@@ -38,6 +38,8 @@ fn without_any_cgroup_the_users_last_call_sweeps_its_processes() {
         assert_eq!(escapees(u.user.uid, "1000"), Vec::<String>::new());
         let note = limits_note(&out);
         assert!(note.contains("swept"), "{note}");
+        // No pids controller: the outcome says the limit is the uid's rlimit.
+        assert!(note.starts_with("limits by rlimit only"), "{note}");
 
         // With another call of the user live, nothing is swept until it
         // ends, and it is not killed.

@@ -198,6 +198,19 @@ pub(crate) async fn launch_as(
         applied.note = Some(note);
     }
     let done = done?;
+    if applied.pids_max.is_none() {
+        // No pids controller reached the call: say so, never let a limit
+        // by rlimit pass for the call's own.
+        let rlimit = format!(
+            "limits by rlimit only: no cgroup pids controller is delegated here, so \
+             RLIMIT_NPROC {} counts every process of the uid across its calls",
+            applied.rlimit_nproc
+        );
+        applied.note = Some(match applied.note.take() {
+            Some(note) => format!("{rlimit}; {note}"),
+            None => rlimit,
+        });
+    }
     applied.view = Some(view.to_string());
     applied.network = Some(network.to_string());
     applied.home = home;
