@@ -14,13 +14,15 @@
 //!
 //! The rooms, bottom layer first (`ARCHITECTURE.md` is the map, and
 //! `tests/architecture.rs` checks that every import points down): [`sys`]
-//! (all `unsafe`); [`user`], [`fs`]; [`keys`], [`classify`], [`env`](mod@env);
-//! [`launch`] (the launcher program's side), [`contain`], `stay` (the
+//! (all `unsafe`); [`user`], [`fs`], [`host`] (what the host grants);
+//! [`keys`], [`classify`], [`env`](mod@env); [`broker`] (the call's
+//! credential broker, being built); [`launch`] (the launcher program's side), [`contain`], `stay` (the
 //! in-worker read tool); [`drop`](mod@drop) (the worker's side of a call);
 //! [`turn`]; [`verify`]; [`mcp`], [`demo`]; [`cli`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod audit;
+pub mod broker;
 pub mod classify;
 pub mod cli;
 pub mod contain;

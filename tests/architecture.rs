@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["sys"],
     &["user", "fs", "host"],
     &["keys", "classify", "env"],
+    &["broker"],
     &["launch", "contain", "stay", "audit"],
     &["drop"],
     &["turn"],

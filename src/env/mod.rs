@@ -9,12 +9,14 @@
 //! turn (`turn`), which build environments the same way.
 #![forbid(unsafe_code)]
 
+pub mod binding;
 pub mod builder;
 pub mod home;
 pub mod name;
 pub mod network;
 pub mod provider;
 
+pub use binding::{Binding, Bindings, BoundHost, BoundHosts, NarrowError};
 pub use builder::{
     sanitize_proxy, BedrockSettings, EnvBuilder, EnvConfig, EnvError, RunEnv, TurnCredential,
 };
