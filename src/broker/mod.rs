@@ -3,10 +3,11 @@
 //! way to those hosts (issue 34; `DESIGN.md` invariant 8).
 //!
 //! What is here so far: the placeholder a bound secret becomes
-//! ([`placeholder`]). The operator's bindings are read by
+//! ([`placeholder`]) and the call's own CA with its leaves ([`ca`]). The operator's bindings are read by
 //! [`crate::env::binding`]. Nothing yet binds a secret in a call: until the
 //! broker that substitutes and scrubs runs in the call, a secret reaches a
 //! tool as its value, as it did before, and no config may bind one.
 #![forbid(unsafe_code)]
 
+pub mod ca;
 pub mod placeholder;
