@@ -3,7 +3,9 @@
 //! way to those hosts (issue 34; `DESIGN.md` invariant 8).
 //!
 //! What is here so far: the placeholder a bound secret becomes
-//! ([`placeholder`]) and the call's own CA with its leaves ([`ca`]). The operator's bindings are read by
+//! ([`placeholder`]), the call's own CA with its leaves ([`ca`]), and the
+//! substitution of a value for its placeholder in a request for a bound
+//! host, refusing one for any other ([`substitute`]). The operator's bindings are read by
 //! [`crate::env::binding`]. Nothing yet binds a secret in a call: until the
 //! broker that substitutes and scrubs runs in the call, a secret reaches a
 //! tool as its value, as it did before, and no config may bind one.
@@ -11,3 +13,4 @@
 
 pub mod ca;
 pub mod placeholder;
+pub mod substitute;

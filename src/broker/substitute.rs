@@ -1,0 +1,398 @@
+//! Putting a bound secret's value where the tool put its placeholder, in a
+//! request on its way to a host: the request line (its query), each header
+//! (a `Basic` credential decoded, substituted inside `user:password` and
+//! encoded again) and, where the binding says `body`, the body.
+//!
+//! Guarantees: a placeholder is replaced only in a request for a host its
+//! binding allows; one found (raw, percent-encoded, or inside a `Basic`
+//! credential) in a request for any other host refuses the whole request
+//! ([`Refusal::NotBound`], answered `403 placeholder_not_bound`) and
+//! nothing of it is substituted. A placeholder has its value's length and
+//! keeps its value's non-alphanumeric bytes, so each replacement keeps the
+//! request's length: no `Content-Length` or chunk size changes, and a
+//! head or body is rewritten in place. The rewritten head is held in a
+//! buffer wiped when dropped. Every replacement is reported by secret
+//! name and where ([`Substitution`]), never by value.
+#![forbid(unsafe_code)]
+
+use base64::Engine;
+use zeroize::Zeroizing;
+
+use crate::env::Binding;
+
+/// One bound secret of a call, as the broker holds it.
+pub struct BoundSecret {
+    /// The secret's name.
+    pub name: String,
+    /// What the tool holds instead.
+    pub placeholder: String,
+    /// The value (wiped when dropped).
+    pub value: Zeroizing<Vec<u8>>,
+    /// Where it may go.
+    pub binding: Binding,
+}
+
+impl BoundSecret {
+    /// The placeholder and value as the forms a request may carry them in:
+    /// raw, and percent-encoded where the value has bytes a URL encodes.
+    fn forms(&self) -> Vec<(Vec<u8>, Zeroizing<Vec<u8>>)> {
+        let mut out = vec![(
+            self.placeholder.as_bytes().to_vec(),
+            Zeroizing::new(self.value.to_vec()),
+        )];
+        let enc = |b: &[u8]| {
+            percent_encoding::percent_encode(b, percent_encoding::NON_ALPHANUMERIC)
+                .to_string()
+                .into_bytes()
+        };
+        let (p, v) = (
+            enc(self.placeholder.as_bytes()),
+            Zeroizing::new(enc(&self.value)),
+        );
+        if p != out[0].0 {
+            out.push((p, v));
+        }
+        out
+    }
+}
+
+/// Where a value was put.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Substitution {
+    /// The secret's name.
+    pub secret: String,
+    /// `query`, `header NAME` or `body`.
+    pub place: String,
+}
+
+/// Why a request is not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A placeholder went to a host its secret is not bound to.
+    #[error("placeholder_not_bound: {secret}'s placeholder was sent to {host}, which its binding does not name")]
+    NotBound {
+        /// The secret's name.
+        secret: String,
+        /// The host the request was for.
+        host: String,
+    },
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Replaces every `from` with `to` (the same length) in `buf`; how many.
+fn replace_all(buf: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    debug_assert_eq!(from.len(), to.len());
+    let mut n = 0;
+    let mut at = 0;
+    while let Some(i) = find(&buf[at..], from) {
+        buf[at + i..at + i + from.len()].copy_from_slice(to);
+        at += i + from.len();
+        n += 1;
+    }
+    n
+}
+
+/// A `Basic` credential in a header line's value, decoded, or `None`.
+fn basic(value: &[u8]) -> Option<(usize, Zeroizing<Vec<u8>>)> {
+    let text = std::str::from_utf8(value).ok()?;
+    let lead = text.len() - text.trim_start().len();
+    let rest = text.trim_start();
+    if rest.len() < 6 || !rest[..6].eq_ignore_ascii_case("basic ") {
+        return None;
+    }
+    let start = lead + 6 + (rest[6..].len() - rest[6..].trim_start().len());
+    let token = text[start..].trim_end();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .ok()?;
+    Some((start, Zeroizing::new(decoded)))
+}
+
+/// Rewrites one request's head (request line and header lines, CRLF
+/// separated, as read strictly) for `host`.
+pub fn rewrite_head(
+    head: &[u8],
+    host: &str,
+    secrets: &[BoundSecret],
+) -> Result<(Zeroizing<Vec<u8>>, Vec<Substitution>), Refusal> {
+    let mut out = Zeroizing::new(Vec::with_capacity(head.len()));
+    let mut done = Vec::new();
+    for (i, line) in head.split(|b| *b == b'\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        let mut line = Zeroizing::new(line.to_vec());
+        let place = if i == 0 {
+            "query".to_string()
+        } else {
+            let name = line.split(|b| *b == b':').next().unwrap_or_default();
+            format!(
+                "header {}",
+                String::from_utf8_lossy(name).to_ascii_lowercase()
+            )
+        };
+        for secret in secrets {
+            let mut seen = 0;
+            let allowed = secret.binding.hosts.allows(host);
+            for (placeholder, value) in secret.forms() {
+                seen += if allowed {
+                    replace_all(&mut line, &placeholder, &value)
+                } else {
+                    usize::from(find(&line, &placeholder).is_some())
+                };
+            }
+            if i > 0 {
+                if let Some(colon) = line.iter().position(|b| *b == b':') {
+                    if let Some((start, mut decoded)) = basic(&line[colon + 1..]) {
+                        let hits = if allowed {
+                            replace_all(&mut decoded, secret.placeholder.as_bytes(), &secret.value)
+                        } else {
+                            usize::from(find(&decoded, secret.placeholder.as_bytes()).is_some())
+                        };
+                        if hits > 0 && allowed {
+                            let encoded = Zeroizing::new(
+                                base64::engine::general_purpose::STANDARD.encode(&*decoded),
+                            );
+                            let at = colon + 1 + start;
+                            line[at..at + encoded.len()].copy_from_slice(encoded.as_bytes());
+                        }
+                        seen += hits;
+                    }
+                }
+            }
+            if seen > 0 && !allowed {
+                return Err(Refusal::NotBound {
+                    secret: secret.name.clone(),
+                    host: host.to_string(),
+                });
+            }
+            if seen > 0 {
+                done.push(Substitution {
+                    secret: secret.name.clone(),
+                    place: place.clone(),
+                });
+            }
+        }
+        out.extend_from_slice(&line);
+    }
+    Ok((out, done))
+}
+
+/// One form of a placeholder, its value in the same form, and whose.
+type BodyForm<'a> = (Vec<u8>, Zeroizing<Vec<u8>>, &'a str);
+
+/// Rewrites a body as it streams, for secrets whose binding says `body`
+/// and allows the host: a placeholder split across two pieces is still
+/// found, since the last `longest - 1` bytes of a piece wait for the next.
+pub struct BodyRewriter<'a> {
+    forms: Vec<BodyForm<'a>>,
+    held: Zeroizing<Vec<u8>>,
+    keep: usize,
+    /// Secrets put in so far (names, once each).
+    pub substituted: Vec<String>,
+}
+
+impl<'a> BodyRewriter<'a> {
+    /// For a request to `host`: the placeholders of `secrets` its binding
+    /// lets into a body there. Placeholders of other secrets are left as
+    /// they are (the host gets only a placeholder).
+    pub fn new(host: &str, secrets: &'a [BoundSecret]) -> Self {
+        let forms: Vec<_> = secrets
+            .iter()
+            .filter(|s| s.binding.body && s.binding.hosts.allows(host))
+            .flat_map(|s| {
+                s.forms()
+                    .into_iter()
+                    .map(move |(p, v)| (p, v, s.name.as_str()))
+            })
+            .collect();
+        let keep = forms.iter().map(|(p, _, _)| p.len()).max().unwrap_or(1) - 1;
+        Self {
+            forms,
+            held: Zeroizing::new(Vec::new()),
+            keep,
+            substituted: Vec::new(),
+        }
+    }
+
+    /// Takes the next piece; returns what may be sent now.
+    pub fn push(&mut self, piece: &[u8]) -> Zeroizing<Vec<u8>> {
+        self.held.extend_from_slice(piece);
+        self.replace();
+        let cut = self.held.len().saturating_sub(self.keep);
+        let rest = Zeroizing::new(self.held[cut..].to_vec());
+        let ready = Zeroizing::new(self.held[..cut].to_vec());
+        *self.held = rest.to_vec();
+        ready
+    }
+
+    /// The end of the body: what is still held.
+    pub fn finish(&mut self) -> Zeroizing<Vec<u8>> {
+        self.replace();
+        Zeroizing::new(std::mem::take(&mut *self.held))
+    }
+
+    fn replace(&mut self) {
+        for (placeholder, value, name) in &self.forms {
+            if replace_all(&mut self.held, placeholder, value) > 0
+                && !self.substituted.iter().any(|n| n == name)
+            {
+                self.substituted.push(name.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(
+        name: &str,
+        placeholder: &str,
+        value: &str,
+        hosts: &[&str],
+        body: bool,
+    ) -> BoundSecret {
+        BoundSecret {
+            name: name.into(),
+            placeholder: placeholder.into(),
+            value: Zeroizing::new(value.as_bytes().to_vec()),
+            binding: Binding {
+                hosts: hosts
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .try_into()
+                    .unwrap(),
+                body,
+            },
+        }
+    }
+
+    fn gh() -> BoundSecret {
+        secret(
+            "github_token",
+            "ghp_PLACEHOLDERplaceholder0123456789ab",
+            "ghp_REALVALUEsecretvalue9876543210xyzw",
+            &["api.github.com", "*.githubusercontent.com"],
+            false,
+        )
+    }
+
+    #[test]
+    fn every_header_form_and_the_query_get_the_value_for_a_bound_host() {
+        let s = [gh()];
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode("x-access-token:ghp_PLACEHOLDERplaceholder0123456789ab");
+        let head = format!(
+            "GET /repos?access_token=ghp_PLACEHOLDERplaceholder0123456789ab HTTP/1.1\r\n\
+             Host: api.github.com\r\n\
+             Authorization: Bearer ghp_PLACEHOLDERplaceholder0123456789ab\r\n\
+             X-Api-Key: token ghp_PLACEHOLDERplaceholder0123456789ab\r\n\
+             Proxy-Thing: Basic {basic}\r\n\r\n"
+        );
+        let (out, done) = rewrite_head(head.as_bytes(), "api.github.com", &s).unwrap();
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert_eq!(out.len(), head.len(), "the length is kept");
+        assert!(!out.contains("PLACEHOLDER"), "{out}");
+        assert_eq!(
+            out.matches("ghp_REALVALUEsecretvalue9876543210xyzw")
+                .count(),
+            3
+        );
+        let want = base64::engine::general_purpose::STANDARD
+            .encode("x-access-token:ghp_REALVALUEsecretvalue9876543210xyzw");
+        assert!(out.contains(&format!("Basic {want}")), "{out}");
+        let places: Vec<&str> = done.iter().map(|d| d.place.as_str()).collect();
+        assert_eq!(
+            places,
+            [
+                "query",
+                "header authorization",
+                "header x-api-key",
+                "header proxy-thing"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_placeholder_for_another_host_refuses_the_request_in_every_form() {
+        let s = [gh()];
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode("u:ghp_PLACEHOLDERplaceholder0123456789ab");
+        for head in [
+            "GET /?t=ghp_PLACEHOLDERplaceholder0123456789ab HTTP/1.1\r\nHost: evil.example\r\n\r\n".to_string(),
+            "GET / HTTP/1.1\r\nAuthorization: Bearer ghp_PLACEHOLDERplaceholder0123456789ab\r\n\r\n".to_string(),
+            format!("GET / HTTP/1.1\r\nAuthorization: Basic {basic}\r\n\r\n"),
+        ] {
+            let e = rewrite_head(head.as_bytes(), "evil.example", &s).unwrap_err();
+            assert_eq!(
+                e,
+                Refusal::NotBound {
+                    secret: "github_token".into(),
+                    host: "evil.example".into()
+                }
+            );
+            assert!(e.to_string().starts_with("placeholder_not_bound"));
+        }
+        // The positive control: a request without a placeholder passes
+        // untouched to any host.
+        let plain = b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n";
+        let (out, done) = rewrite_head(plain, "evil.example", &s).unwrap();
+        assert_eq!(&out[..], plain);
+        assert!(done.is_empty());
+    }
+
+    #[test]
+    fn a_percent_encoded_placeholder_gets_the_percent_encoded_value() {
+        let s = [secret(
+            "k",
+            "AbCdEfGhIjKlMnOp/QrStUv+WxYz==",
+            "ZyXwVuTsRqPoNmLk/JiHgFe+DcBa==",
+            &["api.example.com"],
+            false,
+        )];
+        let head = b"GET /?k=AbCdEfGhIjKlMnOp%2FQrStUv%2BWxYz%3D%3D HTTP/1.1\r\n\r\n";
+        let (out, _) = rewrite_head(head, "api.example.com", &s).unwrap();
+        assert_eq!(
+            &out[..],
+            b"GET /?k=ZyXwVuTsRqPoNmLk%2FJiHgFe%2BDcBa%3D%3D HTTP/1.1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_body_is_rewritten_across_piece_boundaries_only_where_the_binding_says_body() {
+        let mut with_body = gh();
+        with_body.binding.body = true;
+        let s = [with_body];
+        let body = br#"{"token": "ghp_PLACEHOLDERplaceholder0123456789ab", "again": "ghp_PLACEHOLDERplaceholder0123456789ab"}"#;
+        for split in [1, 7, 20, 33, body.len() - 1] {
+            let mut r = BodyRewriter::new("api.github.com", &s);
+            let mut out = r.push(&body[..split]).to_vec();
+            out.extend_from_slice(&r.push(&body[split..]));
+            out.extend_from_slice(&r.finish());
+            let out = String::from_utf8(out).unwrap();
+            assert_eq!(out.len(), body.len());
+            assert_eq!(
+                out.matches("ghp_REALVALUE").count(),
+                2,
+                "split at {split}: {out}"
+            );
+            assert_eq!(r.substituted, ["github_token"]);
+        }
+        // Without `body`, the body keeps the placeholder.
+        let s = [gh()];
+        let mut r = BodyRewriter::new("api.github.com", &s);
+        let mut out = r.push(body).to_vec();
+        out.extend_from_slice(&r.finish());
+        assert_eq!(&out[..], &body[..]);
+        assert!(r.substituted.is_empty());
+    }
+}
