@@ -578,7 +578,7 @@ impl AuditLog {
     /// fit it; a failed write breaks the log.
     fn write_failure_locked(&self, state: &mut State, mut record: AuditRecord) -> Option<u64> {
         let fits = |r: &AuditRecord| {
-            serde_json::to_vec(r).map_or(false, |l| (l.len() as u64) + 256 < FAILURE_RESERVE)
+            serde_json::to_vec(r).is_ok_and(|l| (l.len() as u64) + 256 < FAILURE_RESERVE)
         };
         if !fits(&record) {
             // The names are what can be long; who and why are kept.

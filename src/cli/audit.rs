@@ -108,7 +108,7 @@ fn verify(
                 Some(anchor) => println!(
                     "anchored: seq {} has the expected hash, {} record(s) after it; the chain starts at {}",
                     anchor.seq,
-                    last - anchor.seq,
+                    last.saturating_sub(anchor.seq),
                     expect_first.map_or_else(|| "its genesis".to_owned(), |f| format!("--expect-first {f}"))
                 ),
                 None => println!(

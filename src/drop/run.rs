@@ -81,7 +81,7 @@ fn begin(
     requested: &[String],
     network: &str,
     view: &str,
-) -> Result<(), Outcome> {
+) -> Result<(), Box<Outcome>> {
     let Gate::Open(log) = *gate else {
         return Ok(());
     };
@@ -93,7 +93,7 @@ fn begin(
         }
         Err(e) => {
             *gate = Gate::Refused;
-            Err(audit_refusal(&e, tool.clone()))
+            Err(Box::new(audit_refusal(&e, tool.clone())))
         }
     }
 }
@@ -116,7 +116,7 @@ async fn run_call(
         #[cfg(feature = "read-tool")]
         VerdictKind::Stay => {
             if let Err(refused) = begin(gate, req, &verdict, &tool, requested, "host", "host") {
-                return refused;
+                return *refused;
             }
             return stay_read(&verdict, &call, req).await;
         }
@@ -165,7 +165,7 @@ async fn run_call(
         &network.to_string(),
         &view,
     ) {
-        return refused;
+        return *refused;
     }
     let launched = launch_as(
         req.launcher,
