@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use tono_seal::audit::{AuditRecord, Phase};
+use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, Phase, RecordKind};
 
 use common::{stdout, tono, AuditDir, TestUser};
 
@@ -218,4 +218,111 @@ fn on_a_full_disk_every_call_that_ran_has_its_receipt_and_the_rest_are_refused_u
         small.iter().all(|r| r.refused > 0 && r.kib < 1024) && broke.len() >= 4,
         "{rounds:?}"
     );
+}
+
+#[test]
+fn the_log_itself_on_a_full_disk_refuses_begins_and_still_writes_every_end_and_no_torn_line() {
+    need_root!();
+    let dir = AuditDir::new("full-disk-lib");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let call = |i: u64| {
+        let mut r = AuditRecord::new(RecordKind::Call);
+        (r.user, r.uid, r.tool) = (Some("someone".into()), Some(61000), Some("shell".into()));
+        r.secrets_requested = vec![format!("secret_{i}")];
+        r.secrets_granted = r.secrets_requested.clone();
+        r
+    };
+
+    // Begins until the room runs out; then every end still lands.
+    let fs = Tmpfs::mount(&dir.0.join("begins"), 16);
+    let path = fs.0.join("audit.jsonl");
+    let log = AuditLog::open(AuditConfig::at(&path)).unwrap();
+    let mut begun = Vec::new();
+    let refusal = loop {
+        match log.begin(call(begun.len() as u64)) {
+            Ok(b) => begun.push(b),
+            Err(e) => break e,
+        }
+        assert!(begun.len() < 1000, "a 16 KiB file system never filled");
+    };
+    assert!(!begun.is_empty());
+    assert_eq!(refusal.code(), "audit_full", "{refusal}");
+    assert!(
+        refusal.to_string().contains("os error 28"),
+        "ENOSPC: {refusal}"
+    );
+    // The log stays shut to new calls and whole records alike.
+    let shut = log.check().unwrap_err();
+    assert_eq!(shut.code(), "audit_full", "{shut}");
+    assert!(log.begin(call(0)).is_err());
+    assert!(log.append(call(0)).is_err());
+    let n = begun.len();
+    for (i, b) in begun.into_iter().enumerate() {
+        let mut end = call(i as u64);
+        end.exit_code = Some(0);
+        end.masks = Some([(format!("secret_{i}"), u64::from(u32::MAX))].into());
+        log.end(b, end)
+            .expect("an end lands in the room held for it");
+    }
+    drop(log);
+    let records = whole_lines(&path);
+    let count = |p: Phase| records.iter().filter(|r| r.phase == p).count();
+    assert_eq!(
+        (count(Phase::Begin), count(Phase::End), count(Phase::Whole)),
+        (n, n, 1)
+    );
+    let checked = tono(&["audit", "verify", path.to_str().unwrap()], b"");
+    let said = stdout(&checked);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("calls: {n} begun, {n} ended, 0 open")),
+        "{said}"
+    );
+    eprintln!("16 KiB, begins by hand: {n} begun, {n} ended, 1 refusal recorded");
+    drop(fs);
+
+    // Whole records (something already done): the one the room ran out
+    // for goes into the failure reserve, and nothing after it.
+    let fs = Tmpfs::mount(&dir.0.join("wholes"), 8);
+    let path = fs.0.join("audit.jsonl");
+    let log = AuditLog::open(AuditConfig::at(&path)).unwrap();
+    let mut written = 0;
+    while log.check().is_ok() {
+        log.append(call(written))
+            .expect("written, in the reserve at the last");
+        written += 1;
+        assert!(written < 1000, "an 8 KiB file system never filled");
+    }
+    assert!(log.append(call(0)).is_err());
+    drop(log);
+    assert_eq!(whole_lines(&path).len() as u64, written);
+    eprintln!("8 KiB, whole records: {written} written, the last in the reserve");
+    drop(fs);
+
+    // No room for the reserve at all: the log is not opened, typed.
+    let fs = Tmpfs::mount(&dir.0.join("full"), 8);
+    let filler = fs.0.join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 16 * 1024]);
+    let e = AuditLog::open(AuditConfig::at(fs.0.join("audit.jsonl"))).unwrap_err();
+    assert_eq!(e.code(), "audit_full", "{e}");
+    assert!(e.to_string().contains("os error 28"), "{e}");
+    // Positive control: with the filler gone, it opens.
+    std::fs::remove_file(&filler).unwrap();
+    AuditLog::open(AuditConfig::at(fs.0.join("audit.jsonl"))).unwrap();
+    drop(fs);
+}
+
+/// The records of `path`, every line whole.
+fn whole_lines(path: &Path) -> Vec<AuditRecord> {
+    let bytes = std::fs::read(path).unwrap();
+    assert!(
+        bytes.is_empty() || bytes.ends_with(b"\n"),
+        "a torn last line"
+    );
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("every line a record"))
+        .collect()
 }

@@ -150,7 +150,7 @@ pub enum AuditError {
     Broken(String),
     /// No room could be reserved for a record and the ends of the calls in
     /// flight: no call begins.
-    #[error("audit log {path}: no room for another call's records and the reserve ({source}); no call begins until the worker restarts with room")]
+    #[error("audit log {path}: cannot hold room for the next record, the ends of the calls in flight and the failure reserve (fallocate: {source}); no call begins until the worker restarts with room")]
     NoRoom {
         /// The file.
         path: PathBuf,
