@@ -1,8 +1,9 @@
-//! Receipts: every call through `serve` leaves one hash-chained record
-//! that matches its outcome and holds no secret value; `audit verify` names
-//! the exact line of each tampering; a worker killed mid-burst leaves a
-//! chain a restarted worker continues; the log's folder and file are
-//! checked, and a planted link is refused, never followed.
+//! Receipts: every call through `serve` leaves a hash-chained begin record
+//! and an end record that matches its outcome, and holds no secret value;
+//! `audit verify` names the exact line of each tampering, and with an
+//! anchor each cut at either end; a worker killed mid-burst leaves a chain
+//! a restarted worker continues; the log's folder and file are checked,
+//! and a planted link is refused, never followed.
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, RecordKind};
+use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, Phase, RecordKind};
 
 use common::{stdout, tono, tono_bin, AuditDir, TestUser};
 
@@ -34,7 +35,7 @@ fn verify(paths: &[&Path]) -> (i32, String) {
 }
 
 #[test]
-fn a_thousand_calls_through_serve_leave_a_thousand_matching_receipts_and_no_value() {
+fn a_thousand_calls_through_serve_leave_a_thousand_begun_and_ended_receipts_and_no_value() {
     need_root!();
     let dir = AuditDir::new("serve");
     let users: Vec<TestUser> = (0..8).map(|_| TestUser::with_key()).collect();
@@ -87,12 +88,35 @@ fn a_thousand_calls_through_serve_leave_a_thousand_matching_receipts_and_no_valu
     let (code, said) = verify(&[&log]);
     assert_eq!(code, 0, "{said}");
     assert!(
-        said.contains("intact: 1000 record(s), seq 1..=1000"),
+        said.contains("intact: 2000 record(s), seq 1..=2000"),
         "{said}"
     );
-    let records = records(&log);
-    assert_eq!(records.len(), 1000);
-    for r in &records {
+    assert!(
+        said.contains("calls: 1000 begun, 1000 ended, 0 open"),
+        "{said}"
+    );
+    let all = records(&log);
+    assert_eq!(all.len(), 2000);
+    // Each call's begin record comes before its end record, says what was
+    // about to run, as whom, with which names, and nothing of an outcome.
+    let begins: BTreeMap<u64, &AuditRecord> = all
+        .iter()
+        .filter(|r| r.phase == Phase::Begin)
+        .map(|r| (r.seq, r))
+        .collect();
+    let records: Vec<&AuditRecord> = all.iter().filter(|r| r.phase == Phase::End).collect();
+    assert_eq!((begins.len(), records.len()), (1000, 1000));
+    for end in &records {
+        let begin = begins[&end.begin_seq.unwrap()];
+        assert!(begin.seq < end.seq);
+        assert_eq!(begin.call_id, end.call_id);
+        assert_eq!(
+            (&begin.user, begin.uid, &begin.tool, &begin.secrets_granted),
+            (&end.user, end.uid, &end.tool, &end.secrets_granted)
+        );
+        assert_eq!((begin.view.as_str(), begin.exit_code), ("private", None));
+    }
+    for r in records.iter().copied() {
         let i = r.stdout_bytes;
         let o = &outcomes[&i];
         let u = &users[i as usize % users.len()];
@@ -207,6 +231,149 @@ fn audit_verify_names_the_line_of_each_tampering() {
     }
 }
 
+fn verify_with(path: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["audit", "verify", path.to_str().unwrap()];
+    args.extend(extra);
+    let out = tono(&args, b"");
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+#[test]
+fn with_an_anchor_audit_verify_finds_each_cut_at_either_end_and_without_one_says_it_cannot() {
+    need_root!();
+    let dir = AuditDir::new("anchor");
+    let log = dir.log();
+    appended(&log, 10);
+    let out = tono(&["audit", "anchor", log.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let anchor = stdout(&out).trim().to_owned();
+    let (code, said) = verify(&[&log]);
+    assert_eq!(code, 0, "{said}");
+    let hash = said
+        .lines()
+        .find_map(|l| l.strip_prefix("last record hash "))
+        .unwrap();
+    assert_eq!(
+        anchor,
+        format!("10:{hash}"),
+        "the anchor is the last record"
+    );
+    // Without an anchor the output says what a chain cannot see.
+    assert!(
+        said.contains("NOT ANCHORED: records cut from the end"),
+        "{said}"
+    );
+    let expect = ["--expect-last", anchor.as_str()];
+
+    // Positive control: the intact log passes with the anchor, and says so.
+    let (code, said) = verify_with(&log, &expect);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("anchored: seq 10 has the expected hash, 0 record(s) after it; the chain starts at its genesis"),
+        "{said}"
+    );
+    assert!(!said.contains("NOT ANCHORED"), "{said}");
+
+    let good = std::fs::read(&log).unwrap();
+    let lines: Vec<&[u8]> = good.split_inclusive(|&b| b == b'\n').collect();
+    let prev_of_4 = records(&log)[3].prev.clone();
+    let variant = |name: &str, bytes: Vec<u8>| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    for (name, kept, plain, want) in [
+        (
+            "last-removed",
+            &lines[..9],
+            "intact: 9 record(s), seq 1..=9",
+            ":9: tail_cut: the log ends at seq 9, before the anchor's record seq 10: records seq 10..=10 were cut from its end",
+        ),
+        (
+            "trailing-removed",
+            &lines[..6],
+            "intact: 6 record(s), seq 1..=6",
+            ":6: tail_cut: the log ends at seq 6, before the anchor's record seq 10: records seq 7..=10 were cut from its end",
+        ),
+        (
+            "leading-removed",
+            &lines[3..],
+            "intact: 7 record(s), seq 4..=10",
+            ":1: head_cut: the chain starts at seq 4 after a record hashing to",
+        ),
+    ] {
+        let path = variant(name, kept.concat());
+        // The limit: each cut verifies without an anchor, which says so.
+        let (code, said) = verify(&[&path]);
+        assert_eq!(code, 0, "{name}: {said}");
+        assert!(said.starts_with(plain), "{name}: {said}");
+        assert!(said.contains("NOT ANCHORED"), "{name}: {said}");
+        // With the anchor, each fails with its reason at its line.
+        let (code, said) = verify_with(&path, &expect);
+        assert_eq!(code, 1, "{name}: {said}");
+        assert!(
+            said.starts_with(&format!("BROKEN at {}{want}", path.display())),
+            "{name}: {said}"
+        );
+    }
+    let leading = dir.0.join("leading-removed");
+    let (_, said) = verify_with(&leading, &expect);
+    assert!(
+        said.contains("records seq 1..=3 were cut from its start"),
+        "{said}"
+    );
+    // Older records removed on purpose: named by --expect-first, the rest
+    // passes; a wrong one does not.
+    let first = format!("4:{prev_of_4}");
+    let (code, said) = verify_with(
+        &leading,
+        &[&expect[..], &["--expect-first", &first]].concat(),
+    );
+    assert_eq!(code, 0, "{said}");
+    let wrong = format!("4:{}", "0".repeat(64));
+    let (code, said) = verify_with(
+        &leading,
+        &[&expect[..], &["--expect-first", &wrong]].concat(),
+    );
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains(":1: head_cut:"), "{said}");
+
+    // Root rewrote the whole log (a chain of its own): only the anchor
+    // sees it.
+    let other = AuditDir::new("anchor-forged");
+    appended(&other.log(), 10);
+    let (code, said) = verify(&[&other.log()]);
+    assert_eq!(code, 0, "{said}");
+    let (code, said) = verify_with(&other.log(), &expect);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "BROKEN at {}:10: anchor_mismatch: seq 10 hashes to",
+            other.log().display()
+        )),
+        "{said}"
+    );
+
+    // The log grew since the anchor was taken: it still holds it.
+    appended(&log, 2);
+    let (code, said) = verify_with(&log, &expect);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("2 record(s) after it"), "{said}");
+
+    // A malformed anchor is a usage error, not a pass.
+    let out = tono(
+        &[
+            "audit",
+            "verify",
+            log.to_str().unwrap(),
+            "--expect-last",
+            "10:abc",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+}
+
 #[test]
 fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() {
     need_root!();
@@ -277,7 +444,7 @@ fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() 
         "the torn file is kept as it was"
     );
     let after = records(&log);
-    assert_eq!(after.len(), 20);
+    assert_eq!(after.len(), 40, "a begin and an end record a call");
     assert_eq!(
         after[0].seq,
         before as u64 + 1,
@@ -292,7 +459,7 @@ fn a_worker_killed_mid_burst_leaves_a_chain_that_a_restarted_worker_continues() 
         "{said}"
     );
     assert!(
-        said.contains(&format!("the chain continues: {} record(s)", before + 20)),
+        said.contains(&format!("the chain continues: {} record(s)", before + 40)),
         "{said}"
     );
 }
@@ -486,7 +653,8 @@ fn audit_show_prints_a_forged_tool_and_secret_name_escaped_one_line_per_record()
     let (code, said) = verify(&[&log]);
     assert_eq!(code, 0, "the chain is intact: {said}");
     let stored = records(&log);
-    assert_eq!(stored.len(), 2);
+    // The shell call's begin and end, the refused call's one whole record.
+    assert_eq!(stored.len(), 3);
     let forged_record = stored
         .iter()
         .find(|r| r.tool.as_deref() == Some(forged))
@@ -512,7 +680,11 @@ fn audit_show_prints_a_forged_tool_and_secret_name_escaped_one_line_per_record()
     raw(&table.stdout, "the table");
     let text = stdout(&table);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "a header and one line per record:\n{text}");
+    assert_eq!(lines.len(), 4, "a header and one line per record:\n{text}");
+    assert!(
+        lines.iter().any(|l| l.contains(" begun ")),
+        "a begin record is shown as begun:\n{text}"
+    );
     // Positive control: a plain tool name is printed as it is.
     assert!(lines.iter().any(|l| l.contains(" shell ")), "{text}");
     let escaped = r"x\n\x1b[31mROOT\x07\u{202e}gnp.exe\\";
@@ -533,7 +705,7 @@ fn audit_show_prints_a_forged_tool_and_secret_name_escaped_one_line_per_record()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(shown.len(), 2, "one line per record:\n{text}");
+    assert_eq!(shown.len(), 3, "one line per record:\n{text}");
     assert!(text.contains(r"\u202e"), "{text}");
     // The same values as stored.
     assert_eq!(

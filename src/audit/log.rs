@@ -7,10 +7,26 @@
 //!   a regular, root-owned `0600` file opened `O_APPEND` without following
 //!   a link — a symlink, a FIFO or a foreign file where it goes is refused,
 //!   never written;
+//! - a call gets two records: [`AuditLog::begin`] writes what is about to
+//!   run and `fsync`s it before returning (always, whatever
+//!   [`AuditConfig::fsync_every`]), so a call whose begin record could not
+//!   be written never starts; [`AuditLog::end`] writes how it ended;
+//!   [`AuditLog::append`] writes one whole record of something already
+//!   done;
 //! - a record is one `write` of its whole line, then `fsync` (every record,
-//!   or every [`AuditConfig::fsync_every`]); a short write breaks the log
-//!   and every later append fails, so the worker can refuse calls it could
-//!   not give a receipt for;
+//!   or every [`AuditConfig::fsync_every`]); space is held ahead of it: a
+//!   begin or whole record is written only once `fallocate` has reserved,
+//!   past the end of the file, room for it, for the end record of every
+//!   call this worker has begun and not ended (each bounded by its begin
+//!   record, [`end_bound`]), and for one record of the failure
+//!   ([`FAILURE_RESERVE`]); when that reservation fails (a full disk) the
+//!   begin is refused and the refusal recorded in the reserve, and from
+//!   then on no call begins ([`AuditLog::check`]) while the ends of calls
+//!   in flight still land in theirs. A write that fails or is short is cut
+//!   back to the record boundary before it (`ftruncate`): no torn line is
+//!   left, and every later record fails, so the worker refuses calls it
+//!   could not give a receipt for. The reserve is this worker's: workers
+//!   sharing one log on a full disk can take each other's;
 //! - appends are serialised across workers by a lock on the folder, and
 //!   each one chains to the file's real last record (re-read when another
 //!   worker wrote or rotated since), so workers that share a log, or one
@@ -23,13 +39,14 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::chain::{line_hash, rotated_name, rotated_number, seq_and_prev};
-use super::record::{AuditRecord, GENESIS, SCHEMA_VERSION};
+use super::record::{AuditRecord, Phase, GENESIS, SCHEMA_VERSION};
 use crate::fs::{Component, RootDir, RootDirError};
 
 /// Where `serve` and `mcp` write receipts unless told otherwise.
@@ -38,6 +55,59 @@ pub const DEFAULT_PATH: &str = "/var/log/tono/audit.jsonl";
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// The longest record line read back when a log is reopened.
 const MAX_LINE: u64 = 1024 * 1024;
+/// Bytes held past the end of the file for the record of the failure
+/// itself (the refused call's, or a whole record of something done).
+pub const FAILURE_RESERVE: u64 = 4096;
+/// The longest launch error code an end record's reserve is made for.
+const MAX_CODE: usize = 128;
+
+/// The most bytes the end record of a call begun with `begin` takes (its
+/// line and newline): the begin record with every field of the outcome
+/// at its longest.
+pub fn end_bound(begin: &AuditRecord) -> u64 {
+    let mut end = begin.clone();
+    end.phase = Phase::End;
+    end.seq = u64::MAX;
+    end.begin_seq = Some(u64::MAX);
+    end.exit_code = Some(i32::MIN);
+    end.signal = Some(i32::MIN);
+    end.timed_out = false;
+    end.duration_us = u64::MAX;
+    end.pids_max_hits = Some(u64::MAX);
+    end.oom_kills = Some(u64::MAX);
+    end.memory_peak = Some(u64::MAX);
+    end.pids_peak = Some(u64::MAX);
+    end.masks = Some(
+        begin
+            .secrets_granted
+            .iter()
+            .map(|n| (n.clone(), u64::MAX))
+            .collect(),
+    );
+    end.secrets_as_files = begin.secrets_granted.clone();
+    end.stdout_bytes = u64::MAX;
+    end.stderr_bytes = u64::MAX;
+    end.launch_error = Some("x".repeat(MAX_CODE));
+    end.verdict = "refuse".into();
+    end.network = "proxy".into();
+    end.view = "private".into();
+    end.time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    end.worker_pid = u32::MAX;
+    // Anything a JSON encoding could add, and the newline.
+    serde_json::to_vec(&end).map_or(MAX_LINE, |l| l.len() as u64) + 64
+}
+
+/// A call whose begin record is written: what its end record needs.
+#[derive(Debug)]
+#[must_use = "a begun call's end record is written with AuditLog::end"]
+pub struct Begun {
+    /// The begin record's `seq`.
+    pub seq: u64,
+    /// The call's id, the same in both records.
+    pub call_id: String,
+    /// The bytes held for its end record.
+    bound: u64,
+}
 
 /// Why the audit log could not be opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +148,58 @@ pub enum AuditError {
     /// An earlier write failed; no record is written after it.
     #[error("the audit log is broken since an earlier write failed: {0}")]
     Broken(String),
+    /// No room could be reserved for a record and the ends of the calls in
+    /// flight: no call begins.
+    #[error("audit log {path}: cannot hold room for the next record, the ends of the calls in flight and the failure reserve (fallocate: {source}); no call begins until the worker restarts with room")]
+    NoRoom {
+        /// The file.
+        path: PathBuf,
+        /// What `fallocate` said.
+        source: io::Error,
+    },
+    /// The log ran out of room earlier (see [`AuditError::NoRoom`]).
+    #[error("the audit log is full since: {0}")]
+    Full(String),
+}
+
+impl AuditError {
+    /// A stable code for the refusal of a call this error stopped.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NoRoom { .. } | Self::Full(_) => "audit_full",
+            _ => "audit_unavailable",
+        }
+    }
+}
+
+/// Why a write did not happen.
+enum WriteError {
+    /// The reservation ahead of it failed: nothing was written.
+    NoRoom(AuditError),
+    /// Anything else (the file is as it was before the write).
+    Other(AuditError),
+}
+
+impl From<AuditError> for WriteError {
+    fn from(e: AuditError) -> Self {
+        Self::Other(e)
+    }
+}
+
+impl From<RootDirError> for WriteError {
+    fn from(e: RootDirError) -> Self {
+        Self::Other(e.into())
+    }
+}
+
+/// How a record's room is found.
+#[derive(Clone, Copy)]
+enum Room {
+    /// Reserve the line, the ends in flight, `extra` more and the failure
+    /// reserve before writing.
+    Grow { extra: u64 },
+    /// Write into the reserve held already.
+    Reserved,
 }
 
 /// How a worker writes its log.
@@ -110,7 +232,17 @@ struct Active {
     /// The last record's `seq` and hash; `None` before the first record.
     last: Option<(u64, String)>,
     unsynced: u32,
+}
+
+/// What a worker knows of its log, across reopened files.
+struct State {
+    active: Active,
+    /// Bytes held for the end records of calls begun and not ended.
+    pending_ends: u64,
+    /// Set when a write failed: nothing more is written.
     broken: Option<String>,
+    /// Set when a reservation failed: no call begins.
+    full: Option<String>,
 }
 
 /// An open audit log, shared by every call of a worker.
@@ -118,7 +250,7 @@ pub struct AuditLog {
     dir: RootDir,
     name: Component,
     config: AuditConfig,
-    active: Mutex<Active>,
+    active: Mutex<State>,
     calls: AtomicU64,
 }
 
@@ -219,11 +351,22 @@ impl AuditLog {
         }
         let _lock = dir.lock()?;
         let active = Self::open_active(&dir, &name, &config.path)?;
+        reserve(&active.file, active.size, FAILURE_RESERVE).map_err(|source| {
+            AuditError::NoRoom {
+                path: config.path.clone(),
+                source,
+            }
+        })?;
         let log = Self {
             dir,
             name,
             config,
-            active: Mutex::new(active),
+            active: Mutex::new(State {
+                active,
+                pending_ends: 0,
+                broken: None,
+                full: None,
+            }),
             calls: AtomicU64::new(0),
         };
         Ok(log)
@@ -258,7 +401,6 @@ impl AuditLog {
             size,
             last,
             unsynced: 0,
-            broken: None,
         })
     }
 
@@ -313,48 +455,161 @@ impl AuditLog {
         format!("{}-{n}", std::process::id())
     }
 
-    /// Fails once a write has failed: no call should run that cannot get
-    /// its receipt.
+    /// Fails once a write has failed, or the log ran out of room: no call
+    /// should begin that cannot get its receipt.
     pub fn check(&self) -> Result<(), AuditError> {
-        let active = self
-            .active
-            .lock()
-            .map_err(|_| AuditError::Broken("a writer panicked".into()))?;
-        match &active.broken {
-            Some(why) => Err(AuditError::Broken(why.clone())),
+        let state = self.state()?;
+        if let Some(why) = &state.broken {
+            return Err(AuditError::Broken(why.clone()));
+        }
+        match &state.full {
+            Some(why) => Err(AuditError::Full(why.clone())),
             None => Ok(()),
         }
     }
 
-    /// Appends `record`, setting its chain fields (`v`, `seq`, `time`,
-    /// `worker_pid`, `prev`, and `call_id` if empty). Returns its `seq`.
-    pub fn append(&self, mut record: AuditRecord) -> Result<u64, AuditError> {
-        let mut active = self
-            .active
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, AuditError> {
+        self.active
             .lock()
-            .map_err(|_| AuditError::Broken("a writer panicked".into()))?;
-        if let Some(why) = &active.broken {
+            .map_err(|_| AuditError::Broken("a writer panicked".into()))
+    }
+
+    /// Writes the begin record of a call about to start (`phase` set to
+    /// `begin`) and `fsync`s it, with room held for its end record; the
+    /// call may start only on `Ok`. When no room can be held, the refusal
+    /// is recorded (a whole record of this call, `reason_code`
+    /// `audit_unavailable`, `launch_error` `audit_full`) in the reserve
+    /// and no later call begins.
+    pub fn begin(&self, mut record: AuditRecord) -> Result<Begun, AuditError> {
+        let mut state = self.state()?;
+        if let Some(why) = &state.broken {
+            return Err(AuditError::Broken(why.clone()));
+        }
+        if let Some(why) = &state.full {
+            return Err(AuditError::Full(why.clone()));
+        }
+        let _lock = self.dir.lock()?;
+        record.phase = Phase::Begin;
+        record.begin_seq = None;
+        let bound = end_bound(&record);
+        match self.write_locked(&mut state, &mut record, Room::Grow { extra: bound }, true) {
+            Ok(seq) => {
+                state.pending_ends += bound;
+                Ok(Begun {
+                    seq,
+                    call_id: record.call_id,
+                    bound,
+                })
+            }
+            Err(WriteError::NoRoom(e)) => {
+                state.full = Some(e.to_string());
+                let mut refusal = record;
+                refusal.phase = Phase::Whole;
+                refusal.verdict = "refuse".into();
+                refusal.reason_code = "audit_unavailable".into();
+                refusal.launch_error = Some(e.code().into());
+                self.write_failure_locked(&mut state, refusal);
+                Err(e)
+            }
+            Err(WriteError::Other(e)) => {
+                state.broken = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the end record of `begun` (`phase` `end`, its `begin_seq`
+    /// and `call_id`) into the room held for it; also once the log is
+    /// full.
+    pub fn end(&self, begun: Begun, mut record: AuditRecord) -> Result<u64, AuditError> {
+        let mut state = self.state()?;
+        state.pending_ends = state.pending_ends.saturating_sub(begun.bound);
+        if let Some(why) = &state.broken {
             return Err(AuditError::Broken(why.clone()));
         }
         let _lock = self.dir.lock()?;
-        let result = self.append_locked(&mut active, &mut record);
-        if let Err(e) = &result {
-            active.broken = Some(e.to_string());
+        record.phase = Phase::End;
+        record.begin_seq = Some(begun.seq);
+        record.call_id = begun.call_id;
+        if let Some(code) = &mut record.launch_error {
+            // Within the room held for it; a code is a short word.
+            code.truncate(MAX_CODE);
         }
-        result
+        match self.write_locked(&mut state, &mut record, Room::Reserved, false) {
+            Ok(seq) => Ok(seq),
+            Err(WriteError::NoRoom(e) | WriteError::Other(e)) => {
+                state.broken = Some(e.to_string());
+                Err(e)
+            }
+        }
     }
 
-    fn append_locked(
+    /// Appends one whole record of something already done (`phase`
+    /// `whole`), setting its chain fields (`v`, `seq`, `time`,
+    /// `worker_pid`, `prev`, and `call_id` if empty). Returns its `seq`.
+    /// When no room can be held for it, it is written into the failure
+    /// reserve (it happened) and no later call begins.
+    pub fn append(&self, mut record: AuditRecord) -> Result<u64, AuditError> {
+        let mut state = self.state()?;
+        if let Some(why) = &state.broken {
+            return Err(AuditError::Broken(why.clone()));
+        }
+        if let Some(why) = &state.full {
+            return Err(AuditError::Full(why.clone()));
+        }
+        let _lock = self.dir.lock()?;
+        record.phase = Phase::Whole;
+        record.begin_seq = None;
+        match self.write_locked(&mut state, &mut record, Room::Grow { extra: 0 }, false) {
+            Ok(seq) => Ok(seq),
+            Err(WriteError::NoRoom(e)) => {
+                state.full = Some(e.to_string());
+                self.write_failure_locked(&mut state, record)
+                    .ok_or_else(|| AuditError::Broken(e.to_string()))
+            }
+            Err(WriteError::Other(e)) => {
+                state.broken = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the record of a failure into the failure reserve, made to
+    /// fit it; a failed write breaks the log.
+    fn write_failure_locked(&self, state: &mut State, mut record: AuditRecord) -> Option<u64> {
+        let fits = |r: &AuditRecord| {
+            serde_json::to_vec(r).is_ok_and(|l| (l.len() as u64) + 256 < FAILURE_RESERVE)
+        };
+        if !fits(&record) {
+            // The names are what can be long; who and why are kept.
+            record.secrets_requested.clear();
+            record.secrets_granted.clear();
+            record.secrets_as_files.clear();
+            record.tool = None;
+        }
+        match self.write_locked(state, &mut record, Room::Reserved, true) {
+            Ok(seq) => Some(seq),
+            Err(WriteError::NoRoom(e) | WriteError::Other(e)) => {
+                state.broken = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    fn write_locked(
         &self,
-        active: &mut Active,
+        state: &mut State,
         record: &mut AuditRecord,
-    ) -> Result<u64, AuditError> {
+        room: Room,
+        sync: bool,
+    ) -> Result<u64, WriteError> {
         let path = &self.config.path;
         let io_err = |what, source| AuditError::Io {
             path: path.clone(),
             what,
             source,
         };
+        let active = &mut state.active;
         // Another worker may have written or rotated since.
         if self.dir.inode_of(&self.name)? != Some(active.inode) {
             *active = Self::open_active(&self.dir, &self.name, path)?;
@@ -385,24 +640,55 @@ impl AuditLog {
             serde_json::to_vec(&*record).map_err(|e| io_err("encode", io::Error::other(e)))?;
         let hash = line_hash(&line);
         line.push(b'\n');
-        if active.size > 0 && active.size + line.len() as u64 > self.config.max_bytes {
-            active.file.sync_data().map_err(|e| io_err("fsync", e))?;
-            Self::rotate(&self.dir, &self.name)?;
-            let last = active.last.take();
-            *active = Self::open_active(&self.dir, &self.name, path)?;
-            active.last = last;
+        let held = state.pending_ends + FAILURE_RESERVE;
+        if let Room::Grow { extra } = room {
+            if active.size > 0 && active.size + line.len() as u64 > self.config.max_bytes {
+                active.file.sync_data().map_err(|e| io_err("fsync", e))?;
+                // The old file's reserve is given back before the new
+                // file's is taken.
+                active
+                    .file
+                    .set_len(active.size)
+                    .map_err(|e| io_err("trim the reserve", e))?;
+                Self::rotate(&self.dir, &self.name)?;
+                let last = active.last.take();
+                *active = Self::open_active(&self.dir, &self.name, path)?;
+                active.last = last;
+            }
+            let want = line.len() as u64 + extra + held;
+            reserve(&active.file, active.size, want).map_err(|source| {
+                WriteError::NoRoom(AuditError::NoRoom {
+                    path: path.clone(),
+                    source,
+                })
+            })?;
         }
         // One write of the whole line: O_APPEND places it at the end.
-        let written = active.file.write(&line).map_err(|e| io_err("write", e))?;
-        if written != line.len() {
-            return Err(io_err(
-                "write",
-                io::Error::other(format!("short write: {written} of {} bytes", line.len())),
-            ));
+        let before = active.size;
+        let written = active.file.write(&line);
+        let failed = match written {
+            Ok(n) if n == line.len() => None,
+            Ok(n) => Some(io::Error::other(format!(
+                "short write: {n} of {} bytes",
+                line.len()
+            ))),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = failed {
+            // No torn line: the file is cut back to the record boundary
+            // before this write, and its reserve held again if it can be.
+            let cut = active.file.set_len(before);
+            let _ = reserve(&active.file, before, held);
+            let what = if cut.is_ok() {
+                "write (cut back to the last whole record)"
+            } else {
+                "write (and cutting it back failed: run `tono-seal audit verify`)"
+            };
+            return Err(WriteError::Other(io_err(what, e)));
         }
         active.size += line.len() as u64;
         active.unsynced += 1;
-        if active.unsynced >= self.config.fsync_every.max(1) {
+        if sync || active.unsynced >= self.config.fsync_every.max(1) {
             active.file.sync_data().map_err(|e| io_err("fsync", e))?;
             active.unsynced = 0;
         }
@@ -414,6 +700,8 @@ impl AuditLog {
             seq = record.seq,
             call_id = %record.call_id,
             kind = ?record.kind,
+            phase = record.phase.as_str(),
+            begin_seq = record.begin_seq,
             user = record.user.as_deref(),
             uid = record.uid,
             tool = record.tool.as_deref(),
@@ -431,11 +719,24 @@ impl AuditLog {
     }
 }
 
+/// Holds `len` bytes of `file` from `offset` (its size) without changing
+/// its size (`FALLOC_FL_KEEP_SIZE`): a write there needs no new block.
+fn reserve(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let off = |n: u64| i64::try_from(n).map_err(io::Error::other);
+    nix::fcntl::fallocate(
+        file.as_raw_fd(),
+        nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        off(offset)?,
+        off(len)?,
+    )
+    .map_err(io::Error::from)
+}
+
 impl Drop for AuditLog {
     fn drop(&mut self) {
-        if let Ok(active) = self.active.get_mut() {
-            let _ = active.file.flush();
-            let _ = active.file.sync_data();
+        if let Ok(state) = self.active.get_mut() {
+            let _ = state.active.file.flush();
+            let _ = state.active.file.sync_data();
         }
     }
 }

@@ -4,13 +4,26 @@
 //! no environment and no tool output, only their byte counts. Every field
 //! is always present (`null` where unknown), in this order, so a record's
 //! bytes are the same for the same facts. [`SCHEMA_VERSION`] changes when a
-//! field's meaning does.
+//! field's meaning does; records of an older version ([`OLDEST_VERSION`]
+//! on) still read, with the fields they lack at their defaults.
+//!
+//! Version 2 splits a call into two records: a `begin` record, written
+//! (and `fsync`ed) before anything of the call runs, says what is about to
+//! run, as whom, with which secret names; an `end` record, naming its
+//! begin's `seq` and sharing its `call_id`, says how it ended. A record of
+//! something that ran before its receipt was written (a key operation, a
+//! refusal where nothing ran) is one `whole` record, as every version 1
+//! record was.
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 
 /// The schema's version, the record's `v`.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest version a reader still accepts (`v: 1`: one whole record a
+/// call, no `phase`).
+pub const OLDEST_VERSION: u32 = 1;
 
 /// The `prev` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -27,7 +40,34 @@ pub enum RecordKind {
     Provider,
 }
 
-/// One audit record (schema version 1). The log sets `v`, `seq`, `time`,
+/// Which part of a call a record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Written before the call's program starts: what is about to run. A
+    /// call whose begin record could not be written never starts.
+    Begin,
+    /// Written when a begun call ended: how it ended (`begin_seq` names
+    /// its begin record).
+    End,
+    /// The whole receipt in one record: something with nothing left
+    /// running when it was written (every record of version 1).
+    #[default]
+    Whole,
+}
+
+impl Phase {
+    /// The stable name, as in the record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Begin => "begin",
+            Self::End => "end",
+            Self::Whole => "whole",
+        }
+    }
+}
+
+/// One audit record (schema version 2). The log sets `v`, `seq`, `time`,
 /// `worker_pid`, `call_id` and `prev` when it appends the record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,6 +83,13 @@ pub struct AuditRecord {
     pub worker_pid: u32,
     /// `<worker pid>-<n>`: unique among the records of one worker.
     pub call_id: String,
+    /// Which part of a call this is (absent in version 1: `whole`).
+    #[serde(default)]
+    pub phase: Phase,
+    /// For an `end` record, the `seq` of its `begin` record; else `null`
+    /// (absent in version 1).
+    #[serde(default)]
+    pub begin_seq: Option<u64>,
     /// What this is the receipt of.
     pub kind: RecordKind,
     /// The user it ran as, if one was named.
@@ -111,6 +158,8 @@ impl AuditRecord {
             time: String::new(),
             worker_pid: 0,
             call_id: String::new(),
+            phase: Phase::Whole,
+            begin_seq: None,
             kind,
             user: None,
             uid: None,
@@ -148,7 +197,11 @@ mod tests {
         let mut r = AuditRecord::new(RecordKind::Call);
         r.secrets_requested = vec!["token".into()];
         let line = serde_json::to_string(&r).unwrap();
-        assert!(line.starts_with(r#"{"v":1,"seq":0,"time":"","#), "{line}");
+        assert!(line.starts_with(r#"{"v":2,"seq":0,"time":"","#), "{line}");
+        assert!(
+            line.contains(r#""call_id":"","phase":"whole","begin_seq":null,"kind":"call""#),
+            "{line}"
+        );
         assert!(
             line.ends_with(&format!(r#""prev":"{GENESIS}"}}"#)),
             "{line}"
@@ -160,5 +213,15 @@ mod tests {
         assert_eq!(serde_json::from_str::<AuditRecord>(&line).unwrap(), r);
         let extra = line.replacen('{', r#"{"value":"x","#, 1);
         assert!(serde_json::from_str::<AuditRecord>(&extra).is_err());
+    }
+
+    #[test]
+    fn a_version_1_record_still_reads_as_a_whole_record() {
+        let v1 = r#"{"v":1,"seq":3,"time":"2026-12-03T15:20:13.062150Z","worker_pid":7,"call_id":"7-1","kind":"call","user":"u","uid":61000,"tool":"shell","verdict":"drop","reason_code":"side_effect","secrets_requested":[],"secrets_granted":[],"network":"host","view":"private","exit_code":0,"signal":null,"timed_out":false,"duration_us":5,"pids_max_hits":null,"oom_kills":null,"memory_peak":null,"pids_peak":null,"masks":null,"stdout_bytes":0,"stderr_bytes":0,"launch_error":null,"prev":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let r: AuditRecord = serde_json::from_str(v1).unwrap();
+        assert_eq!(
+            (r.v, r.phase, r.begin_seq, r.seq),
+            (1, Phase::Whole, None, 3)
+        );
     }
 }

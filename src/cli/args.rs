@@ -211,12 +211,29 @@ pub struct WorkerAuditArgs {
 #[derive(Debug, Subcommand)]
 pub enum AuditAction {
     /// Check the hash chain of a log and its rotated files; exit 1 at the
-    /// first break, naming its file and line.
+    /// first break, naming its file and line. A chain cannot see records
+    /// cut from its end (or start) by itself: give the anchor `audit
+    /// anchor` printed earlier, kept off this host.
     Verify {
         /// The active log file (its rotated files `FILE.NNNNNN` are read
         /// first), or several files to check in the order given.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The record `SEQ` must be in the log with this hash (what `audit
+        /// anchor` printed); the chain must then also start at its genesis
+        /// (or at --expect-first).
+        #[arg(long, value_name = "SEQ:HASH")]
+        expect_last: Option<crate::audit::Anchor>,
+        /// The chain's first record must be `SEQ` after a record hashing to
+        /// `PREV` (older files removed on purpose); needs --expect-last.
+        #[arg(long, value_name = "SEQ:PREV", requires = "expect_last")]
+        expect_first: Option<crate::audit::Anchor>,
+    },
+    /// Print the anchor of an intact log: its last record as `SEQ:HASH`,
+    /// to keep off this host for `audit verify --expect-last`.
+    Anchor {
+        /// The active log file (its rotated files are read first).
+        file: PathBuf,
     },
     /// Print a log's records (and its rotated files') as a table.
     Show {

@@ -1,5 +1,10 @@
-//! `audit verify` (check a log's hash chain across its rotated files) and
-//! `audit show` (its records as a table or JSON lines). Both only read.
+//! `audit verify` (check a log's hash chain across its rotated files,
+//! against an anchor where one is given), `audit anchor` (the anchor of an
+//! intact log) and `audit show` (its records as a table or JSON lines).
+//! All only read.
+//!
+//! `audit verify` without `--expect-last` says in its output that a cut at
+//! the end (or start) of the log cannot be seen without an anchor.
 //!
 //! Guarantees: `audit show` prints nothing a terminal acts on or shows as
 //! nothing, whatever a record holds (a tool or secret name is the caller's
@@ -15,12 +20,17 @@ use std::path::PathBuf;
 use super::args::AuditAction;
 use super::exit::{self, CliError};
 use super::printable::{for_terminal, json_for_terminal, word_for_terminal};
-use crate::audit::{rotated_set, verify_files, AuditRecord};
+use crate::audit::{rotated_set, verify_anchored, verify_files, Anchor, AuditRecord, Phase};
 
 /// Runs `audit verify` or `audit show`.
 pub(super) fn command(action: AuditAction) -> Result<i32, CliError> {
     match action {
-        AuditAction::Verify { files } => verify(files),
+        AuditAction::Verify {
+            files,
+            expect_first,
+            expect_last,
+        } => verify(files, expect_first.as_ref(), expect_last.as_ref()),
+        AuditAction::Anchor { file } => anchor(file),
         AuditAction::Show {
             file,
             user,
@@ -47,9 +57,13 @@ fn the_set(files: Vec<PathBuf>) -> Result<Vec<PathBuf>, CliError> {
     Ok(set)
 }
 
-fn verify(files: Vec<PathBuf>) -> Result<i32, CliError> {
+fn verify(
+    files: Vec<PathBuf>,
+    expect_first: Option<&Anchor>,
+    expect_last: Option<&Anchor>,
+) -> Result<i32, CliError> {
     let set = the_set(files)?;
-    match verify_files(&set) {
+    match verify_anchored(&set, expect_first, expect_last) {
         Ok(summary) => {
             let (first, last) = (
                 summary.first.as_ref().map_or(0, |f| f.0),
@@ -76,11 +90,60 @@ fn verify(files: Vec<PathBuf>) -> Result<i32, CliError> {
             if let Some((_, hash)) = &summary.last {
                 println!("last record hash {hash}");
             }
+            if summary.begun > 0 || summary.ended > 0 {
+                println!(
+                    "calls: {} begun, {} ended, {} open",
+                    summary.begun,
+                    summary.ended,
+                    summary.open.len()
+                );
+            }
+            for (seq, call_id) in &summary.open {
+                println!(
+                    "OPEN call {} begun at seq {seq} has no end record (still running, or its worker died)",
+                    for_terminal(call_id)
+                );
+            }
+            match expect_last {
+                Some(anchor) => println!(
+                    "anchored: seq {} has the expected hash, {} record(s) after it; the chain starts at {}",
+                    anchor.seq,
+                    last.saturating_sub(anchor.seq),
+                    expect_first.map_or_else(|| "its genesis".to_owned(), |f| format!("--expect-first {f}"))
+                ),
+                None => println!(
+                    "NOT ANCHORED: records cut from the end (or start) of a log leave a chain that verifies; \
+                     only `audit verify --expect-last SEQ:HASH`, with an anchor from `audit anchor` kept off this host, sees that"
+                ),
+            }
             Ok(if summary.torn.is_empty() {
                 exit::OK
             } else {
                 exit::FAILED
             })
+        }
+        Err(found) => {
+            println!("BROKEN at {found}");
+            Ok(exit::FAILED)
+        }
+    }
+}
+
+fn anchor(file: PathBuf) -> Result<i32, CliError> {
+    let set = the_set(vec![file])?;
+    match verify_files(&set) {
+        Ok(summary) if summary.torn.is_empty() => match summary.last {
+            Some((seq, hash)) => {
+                println!("{}", Anchor { seq, hash });
+                Ok(exit::OK)
+            }
+            None => Err(CliError::new(exit::FAILED, "the log holds no record")),
+        },
+        Ok(summary) => {
+            for torn in &summary.torn {
+                println!("TORN at {torn}");
+            }
+            Ok(exit::FAILED)
         }
         Err(found) => {
             println!("BROKEN at {found}");
@@ -169,6 +232,7 @@ fn show(
                 continue;
             }
             let ended = match (record.exit_code, record.signal, record.timed_out) {
+                _ if record.phase == Phase::Begin => "begun".to_owned(),
                 (_, _, true) => "timeout".to_owned(),
                 (Some(code), _, _) => code.to_string(),
                 (None, Some(signal), _) => format!("sig {signal}"),

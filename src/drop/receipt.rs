@@ -1,5 +1,6 @@
-//! A call's receipt: the audit record of one `drop_and_run`, made from the
-//! request and its [`Outcome`].
+//! A call's receipt: the audit records of one `drop_and_run` — its begin
+//! record, made from the request and its verdict before anything runs,
+//! and its end record, made from the request and its [`Outcome`].
 //!
 //! Guarantees: the record holds secret names, counts and codes only —
 //! never a value, the environment, or the tool's output (only its length).
@@ -40,6 +41,29 @@ pub(super) fn secrets_as_files(req: &DropRequest<'_>, requested: &[String]) -> V
         })
         .cloned()
         .collect()
+}
+
+/// The begin record of a call about to run as `req.user`: the tool, the
+/// verdict, the secret names asked for and granted, and the network and
+/// view it is about to get; nothing of an outcome.
+pub(super) fn begin_record(
+    req: &DropRequest<'_>,
+    verdict: &crate::classify::Verdict,
+    tool: Option<String>,
+    requested: &[String],
+    network: &str,
+    view: &str,
+) -> AuditRecord {
+    let mut record = receipt(
+        req,
+        &Outcome::not_run(verdict, tool, None),
+        requested.to_vec(),
+        Duration::ZERO,
+    );
+    record.secrets_as_files = secrets_as_files(req, requested);
+    record.network = network.to_owned();
+    record.view = view.to_owned();
+    record
 }
 
 /// The receipt of a call that took `took`.

@@ -5,43 +5,106 @@
 //! ([`super::action`]) and run it through `tono-launch` as the user
 //! ([`super::launch_as`]); return a structured [`Outcome`]. The worker
 //! never reads a secret and never touches the user's files: it names
-//! secrets, the launcher unseals them after the drop.
+//! secrets, the launcher unseals them after the drop. With an audit log,
+//! nothing runs (no launch, no in-worker read) before the call's begin
+//! record is written and `fsync`ed; a call whose begin record could not be
+//! written is refused (`audit_unavailable`) with nothing launched, and a
+//! begun call's end record goes into the room held for it.
 #![forbid(unsafe_code)]
 
 use super::action::prepare;
 use super::launch_as::{launch_as, outcome_of};
 use super::outcome::Outcome;
-use super::receipt::{receipt, requested_secrets, secrets_as_files};
+use super::receipt::{begin_record, receipt, requested_secrets, secrets_as_files};
 use super::request::DropRequest;
 use crate::classify::{classify_raw, Verdict, VerdictKind};
 use crate::env::EnvBuilder;
 use crate::launch::report::{LaunchError, Stage};
 
 /// Classifies and runs one tool call as `req.user`; never panics on input.
-/// With an audit log in the options, the call runs only while the log
-/// can be written, and its receipt is appended when it ends.
+/// With an audit log in the options, the call begins only while the log
+/// can be written and once its begin record is; its end record (or, where
+/// nothing was begun, its one whole record) is appended when it ends.
 pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     let Some(log) = &req.options.audit else {
-        return run_call(req, &mut Vec::new()).await;
+        return run_call(req, &mut Vec::new(), &mut Gate::None).await;
     };
     if let Err(e) = log.check() {
-        let refusal = Verdict::refuse("audit_unavailable", e.to_string());
-        let error = LaunchError::new(Stage::Plan, "audit_unavailable", e.to_string());
-        return Outcome::not_run(&refusal, None, Some(error));
+        return audit_refusal(&e, None);
     }
     let started = std::time::Instant::now();
     let mut requested = Vec::new();
-    let outcome = run_call(req, &mut requested).await;
+    let mut gate = Gate::Open(log);
+    let outcome = run_call(req, &mut requested, &mut gate).await;
     let record = receipt(req, &outcome, requested, started.elapsed());
-    if let Err(e) = log.append(record) {
+    let written = match gate {
+        Gate::Begun(begun) => log.end(begun, record).map(drop),
+        // Its refusal is in the log already, written by `begin`.
+        Gate::Refused => Ok(()),
+        Gate::Open(_) | Gate::None => log.append(record).map(drop),
+    };
+    if let Err(e) = written {
         // Later calls are refused by the check above.
         tracing::error!(error = %e, "the call's receipt could not be written");
     }
     outcome
 }
 
+/// Where a call stands with its receipt.
+enum Gate<'a> {
+    /// No audit log.
+    None,
+    /// A log, and no begin record yet.
+    Open(&'a crate::audit::AuditLog),
+    /// The begin record is written.
+    Begun(crate::audit::Begun),
+    /// The begin record could not be written: nothing ran.
+    Refused,
+}
+
+/// The outcome of a call refused because its receipt could not be
+/// written: nothing was launched.
+fn audit_refusal(e: &crate::audit::AuditError, tool: Option<String>) -> Outcome {
+    let refusal = Verdict::refuse("audit_unavailable", e.to_string());
+    let error = LaunchError::new(Stage::Plan, e.code(), e.to_string());
+    Outcome::not_run(&refusal, tool, Some(error))
+}
+
+/// Writes the call's begin record where there is a log; `Err` is the
+/// refusal to return instead of running anything.
+#[allow(clippy::too_many_arguments)]
+fn begin(
+    gate: &mut Gate<'_>,
+    req: &DropRequest<'_>,
+    verdict: &Verdict,
+    tool: &Option<String>,
+    requested: &[String],
+    network: &str,
+    view: &str,
+) -> Result<(), Box<Outcome>> {
+    let Gate::Open(log) = *gate else {
+        return Ok(());
+    };
+    let record = begin_record(req, verdict, tool.clone(), requested, network, view);
+    match log.begin(record) {
+        Ok(begun) => {
+            *gate = Gate::Begun(begun);
+            Ok(())
+        }
+        Err(e) => {
+            *gate = Gate::Refused;
+            Err(Box::new(audit_refusal(&e, tool.clone())))
+        }
+    }
+}
+
 /// Runs one call; `requested` gets the secret names the call asked for.
-async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome {
+/// Nothing runs before `begin` passes.
+async fn run_call(
+    req: &DropRequest<'_>,
+    requested: &mut Vec<String>,
+    gate: &mut Gate<'_>,
+) -> Outcome {
     let (call, verdict) = classify_raw(req.call, req.policy);
     let tool = call.as_ref().map(|c| c.tool.clone());
     let Some(call) = call else {
@@ -51,7 +114,12 @@ async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome
     let verdict = match verdict.kind() {
         VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
         #[cfg(feature = "read-tool")]
-        VerdictKind::Stay => return stay_read(&verdict, &call, req).await,
+        VerdictKind::Stay => {
+            if let Err(refused) = begin(gate, req, &verdict, &tool, requested, "host", "host") {
+                return *refused;
+            }
+            return stay_read(&verdict, &call, req).await;
+        }
         // Without the in-worker read tool, a read that may stay runs as the
         // user: the safe side, and said so.
         #[cfg(not(feature = "read-tool"))]
@@ -87,6 +155,18 @@ async fn run_call(req: &DropRequest<'_>, requested: &mut Vec<String>) -> Outcome
     let timeout = prepared
         .timeout
         .map_or(req.options.timeout, |t| t.min(req.options.timeout));
+    let view = req.options.view.to_string();
+    if let Err(refused) = begin(
+        gate,
+        req,
+        &verdict,
+        &tool,
+        requested,
+        &network.to_string(),
+        &view,
+    ) {
+        return *refused;
+    }
     let launched = launch_as(
         req.launcher,
         req.user,
