@@ -462,7 +462,7 @@ EOF"#,
             shell_on(
                 &user,
                 "cat /proc/[0-9]*/environ | tr '\\0' '\\n'; \
-                 curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; sleep 6.5",
+                 curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; sleep 600.5; echo scanned",
                 None,
                 config,
                 &["CANARY"],
@@ -470,9 +470,23 @@ EOF"#,
             .await
         })
     };
-    let scanned = scan_call_processes(uid, "6.5", &needles);
+    // The call waits for the scan (its `sleep` is ended by root once every
+    // process is scanned: an event, not a clock).
+    let scanned = scan_call_processes(uid, "600.5", &needles);
+    let sleeping = scanned
+        .iter()
+        .find(|s| s.role == Role::Sleep)
+        .map(|s| s.pid);
+    if let Some(pid) = sleeping {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
     let out = rt.block_on(call).unwrap();
     assert!(out.launch_error.is_none(), "{out:?}");
+    assert!(out.stdout.ends_with("scanned\n"), "{out:?}");
     // (The canary is masked in this output; the password would not be.)
     let environ = &out.stdout;
     assert!(
@@ -484,48 +498,170 @@ EOF"#,
         "{environ}"
     );
     assert!(!environ.contains(PROXY_USER), "{environ}");
-    assert!(scanned.len() >= 2, "the tool and its launcher: {scanned:?}");
+    // The call's processes, each by role: its launcher (the worker's
+    // child, found by pid: while it is not dumpable its /proc entry is
+    // root's, so a filter by owner would miss it), the
+    // tool the launcher started with the canary in its environment, and
+    // the tool's `sleep`. Every scan read at least 90% of what is readable.
+    let role = |r: Role| {
+        let found: Vec<&Scanned> = scanned.iter().filter(|s| s.role == r).collect();
+        assert_eq!(found.len(), 1, "one {r:?}: {scanned:#?}");
+        found[0]
+    };
+    let (launcher, tool, sleep) = (role(Role::Launcher), role(Role::Tool), role(Role::Sleep));
+    for p in [launcher, tool, sleep] {
+        assert_eq!(p.real_uid, uid, "dropped to the user: {p:?}");
+    }
+    for p in &scanned {
+        assert!(
+            p.scan.complete(),
+            "pid {} ({:?}): {}",
+            p.pid,
+            p.role,
+            p.scan
+        );
+    }
+    // The control, in the processes it was put in: the launcher unsealed
+    // the canary, holds it to mask the output and put it in the tool's
+    // environment (the `sleep` inherits it); the same scans find the
+    // password in none.
     assert!(
-        scanned.iter().any(|(_, counts)| counts[3] > 0),
-        "the control: the unsealed canary is in the call's memory: {scanned:?}"
+        launcher.scan.counts[3] > 0,
+        "the canary in the launcher: {launcher:?}"
     );
-    for (pid, counts) in &scanned {
+    assert!(tool.scan.counts[3] > 0, "the canary in the tool: {tool:?}");
+    assert!(
+        sleep.scan.counts[3] > 0,
+        "the canary in the sleep: {sleep:?}"
+    );
+    for p in &scanned {
         assert_eq!(
-            &counts[..3],
+            &p.scan.counts[..3],
             [0, 0, 0],
-            "pid {pid} holds the proxy's password"
+            "pid {} ({:?}) holds the proxy's password",
+            p.pid,
+            p.role
         );
     }
 }
 
-/// Root's scan of every process of `uid` once its `sleep ARG` runs: the
-/// count of each needle per process.
-fn scan_call_processes(uid: u32, sleep_arg: &str, needles: &[&[u8]]) -> Vec<(u32, Vec<usize>)> {
+/// Which process of a call a scan was of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The worker's (this process's) child.
+    Launcher,
+    /// The launcher's child: the tool it started.
+    Tool,
+    /// The `sleep` the scan waited for.
+    Sleep,
+    /// Any other descendant of the launcher.
+    Other,
+}
+
+/// One process of the call, scanned by root.
+#[derive(Debug)]
+struct Scanned {
+    pid: u32,
+    role: Role,
+    /// The real uid, from `/proc/<pid>/status`.
+    real_uid: u32,
+    scan: tono_seal::demo::memscan::Scan,
+}
+
+/// The parent of `pid` (field 4 of `/proc/<pid>/stat`, read after the
+/// command's closing parenthesis).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Root's scan of every process of the call once its `sleep ARG` (of
+/// `uid`) runs: its launcher, found by pid as this process's child on the
+/// sleep's line of parents (never by the owner of its `/proc` entry, which
+/// is root's while it is not dumpable), and every descendant of it. A scan that
+/// fails is a failure, not a process left out.
+fn scan_call_processes(uid: u32, sleep_arg: &str, needles: &[&[u8]]) -> Vec<Scanned> {
     use std::os::unix::fs::MetadataExt;
     let want = format!("sleep\0{sleep_arg}\0");
-    // Bounded by a count of looks, not a clock.
-    for _ in 0..2000 {
-        let pids: Vec<u32> = std::fs::read_dir("/proc")
+    let worker = std::process::id();
+    let all_pids = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
             .unwrap()
             .flatten()
             .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-            .filter(|pid| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid))
-            .collect();
-        let sleeping = pids.iter().any(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
-        });
-        if sleeping {
-            return pids
-                .into_iter()
-                .filter_map(|pid| {
-                    let counts = tono_seal::demo::memscan::count_in_process(pid, needles).ok()?;
-                    Some((pid, counts))
-                })
-                .collect();
+            .collect()
+    };
+    // Bounded by a count of looks, not a clock.
+    let sleep = (0..2000)
+        .find_map(|_| {
+            let found = all_pids().into_iter().find(|pid| {
+                std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
+                    && std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| c == want.as_bytes())
+            });
+            if found.is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            found
+        })
+        .expect("the call's sleep never ran");
+    let mut launcher = sleep;
+    loop {
+        match parent_of(launcher) {
+            Some(parent) if parent == worker => break,
+            Some(parent) if parent > 1 => launcher = parent,
+            other => panic!("pid {sleep}'s line of parents never reached the worker: {other:?}"),
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
-    panic!("the call's sleep never ran");
+    let parents: Vec<(u32, u32)> = all_pids()
+        .into_iter()
+        .filter_map(|pid| Some((pid, parent_of(pid)?)))
+        .collect();
+    let mut call = vec![launcher];
+    let mut i = 0;
+    while i < call.len() {
+        let parent = call[i];
+        call.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    call.into_iter()
+        .map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap_or_else(|e| panic!("pid {pid} of {launcher}'s call ({sleep} sleeps): {e}"));
+            let real_uid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next()?.parse().ok())
+                .unwrap();
+            let role = if pid == launcher {
+                Role::Launcher
+            } else if pid == sleep {
+                Role::Sleep
+            } else if parent_of(pid) == Some(launcher) {
+                Role::Tool
+            } else {
+                Role::Other
+            };
+            let scan = tono_seal::demo::memscan::scan_process(pid, needles)
+                .unwrap_or_else(|e| panic!("scanning pid {pid} ({role:?}): {e}"));
+            Scanned {
+                pid,
+                role,
+                real_uid,
+                scan,
+            }
+        })
+        .collect()
 }
 
 #[test]
@@ -779,4 +915,95 @@ fn behind_the_proxy_a_call_asks_only_for_the_hosts_the_operator_allowed() {
         [(format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.port), true)],
         "only the allowed request reached the proxy"
     );
+}
+
+#[test]
+fn verify_fails_the_line_of_each_mode_that_leaks() {
+    use tono_seal::verify::network::network_probes_on;
+    need_root!();
+    let proxy = Proxy::start();
+    let u = TestUser::bare();
+    let base = RunOptions {
+        env: RunEnv {
+            config: proxy_config(proxy.port),
+            ..RunEnv::default()
+        },
+        timeout: Duration::from_secs(60),
+        ..RunOptions::default()
+    };
+    let rt = rt();
+    let probes_with = |runs_on: fn(Network) -> Network| {
+        rt.block_on(network_probes_on(&launcher(), &u.user, &base, runs_on))
+    };
+    let line = |probes: &[tono_seal::verify::Probe], mode: &str| {
+        probes
+            .iter()
+            .find(|p| p.tried.starts_with(&format!("network {mode}")))
+            .unwrap_or_else(|| panic!("no line for {mode}: {probes:?}"))
+            .clone()
+    };
+    let failed = |p: &tono_seal::verify::Probe| !p.pass && !p.inconclusive;
+    // Control: each mode on its own network passes, and the host's
+    // loopback port the probes aim at is the one each line names.
+    let held = probes_with(|mode| mode);
+    assert_eq!(held.len(), 3, "{held:?}");
+    for p in &held {
+        assert!(p.pass, "{p:?}");
+    }
+    // The host's loopback address a run's lines name (each run listens on
+    // a port of its own): the one its host control reached.
+    let loopback = |p: &tono_seal::verify::Probe| -> String {
+        p.got
+            .rsplit_once("host control: ")
+            .and_then(|(_, s)| s.strip_suffix(" ok"))
+            .unwrap_or_else(|| panic!("no reached host control: {p:?}"))
+            .to_owned()
+    };
+    // None leaks: its calls run on the host's network. Its line fails with
+    // what the connect got: the host's loopback reached.
+    let leaked = probes_with(|mode| match mode {
+        Network::None => Network::Host,
+        other => other,
+    });
+    let none = line(&leaked, "none");
+    assert!(failed(&none), "{none:?}");
+    assert!(
+        none.got.starts_with(&format!("{} ok, ", loopback(&none))),
+        "{none:?}"
+    );
+    assert!(line(&leaked, "proxy").pass && line(&leaked, "host").pass);
+    // Proxy leaks: its calls run on the host's network, where no worker's
+    // end listens and the host's loopback is reached.
+    let leaked = probes_with(|mode| match mode {
+        Network::Proxy => Network::Host,
+        other => other,
+    });
+    let behind = line(&leaked, "proxy");
+    assert!(failed(&behind), "{behind:?}");
+    assert!(
+        behind.got.starts_with(&format!(
+            "127.0.0.1:3128 errno 111 (ECONNREFUSED), {} ok; ",
+            loopback(&behind)
+        )),
+        "{behind:?}"
+    );
+    assert!(line(&leaked, "none").pass && line(&leaked, "host").pass);
+    // Host "leaks" the other way: its calls get no network, so the control
+    // fails with the errno it got, and the other lines, without their
+    // control, prove nothing.
+    let shut = probes_with(|mode| match mode {
+        Network::Host => Network::None,
+        other => other,
+    });
+    let host = line(&shut, "host");
+    assert!(failed(&host), "{host:?}");
+    assert!(
+        host.got.starts_with("host control: 127.0.0.1:")
+            && host.got.ends_with(" errno 111 (ECONNREFUSED)"),
+        "{host:?}"
+    );
+    for mode in ["none", "proxy"] {
+        let p = line(&shut, mode);
+        assert!(p.inconclusive, "{p:?}");
+    }
 }

@@ -42,7 +42,39 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
     let users = ["--user", a.name(), "--user", b.name()];
     let (code, probes) = verify(&users);
     assert_eq!(code, 0, "{:?}", failing(&probes));
-    assert!(probes.len() > 40, "{} probes", probes.len());
+    // Each probe is there by name, once, and passed: a probe that could
+    // not run is a line of its own (INCONCLUSIVE), never absent.
+    for (me, other) in [(&a, &b), (&b, &a)] {
+        for (user, tried) in [
+            (
+                me.name(),
+                "signal the verifying root process (pid ".to_string(),
+            ),
+            (
+                me.name(),
+                "ptrace the verifying root process (pid ".to_string(),
+            ),
+            (me.name(), format!("signal {} (pid ", other.name())),
+            (me.name(), format!("ptrace {} (pid ", other.name())),
+            (me.name(), "setuid(0)".to_string()),
+            ("root", format!("{} is no sudoer (sudo -l -U", me.name())),
+            ("root", format!("{} is in no privileged group (", me.name())),
+        ] {
+            let named = named(&probes, user, &tried);
+            assert_eq!(named.len(), 1, "{tried} as {user}: {named:?}");
+            assert_eq!(named[0]["pass"], true, "{}", named[0]);
+        }
+        assert!(
+            named(
+                &probes,
+                me.name(),
+                &format!("signal {} (no pid)", other.name())
+            )
+            .is_empty(),
+            "{:?}",
+            failing(&probes)
+        );
+    }
 
     // With --audit, every probe call as a user leaves a receipt.
     let dir = common::AuditDir::new("verify");
@@ -269,6 +301,48 @@ fn the_containment_probe_fails_when_a_call_is_not_contained() {
     for p in &contained {
         assert!(p.pass, "{} failed: {}", p.tried, p.got);
     }
+    // The fork probe passes as pids.max's only with the refusals its
+    // cgroup counted.
+    use tono_seal::verify::containment::FORK_PIDS_MAX;
+    assert_eq!(contained[1].tried, FORK_PIDS_MAX);
+    let refused = |got: &str| -> u64 {
+        let (_, after) = got
+            .split_once(") refused ")
+            .unwrap_or_else(|| panic!("{got}"));
+        after.split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(refused(&contained[1].got) > 0, "{}", contained[1].got);
+    // The view probe counts the processes a call sees beside those the
+    // user's own view sees, which must be more.
+    let counts: Vec<u32> = contained[3]
+        .got
+        .split(" processes")
+        .filter_map(|s| s.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        counts.len() == 2 && counts[0] < counts[1],
+        "{}",
+        contained[3].got
+    );
+    // RLIMIT_NPROC below pids.max: the loop ends in EAGAIN from the
+    // rlimit, which the probe must not count as pids.max holding.
+    let rlimited = tono_seal::drop::RunOptions {
+        limits: tono_seal::launch::plan::Limits {
+            nproc: 64,
+            ..Default::default()
+        },
+        ..tono_seal::drop::RunOptions::default()
+    };
+    let probes = rt.block_on(containment_probes(&common::launcher(), &u.user, &rlimited));
+    let fork = &probes[1];
+    assert_eq!(fork.tried, FORK_PIDS_MAX);
+    assert!(!fork.pass && fork.inconclusive, "{fork:?}");
+    assert!(
+        fork.got.starts_with("inconclusive: failed after ")
+            && fork.got.contains("errno 11; pids.max 256 (")
+            && fork.got.contains(") refused 0 fork(s); RLIMIT_NPROC 64"),
+        "{fork:?}"
+    );
     // The door: calls without a cgroup of their own, so escapes live on.
     // (The shared view: the private one's PID namespace would contain the
     // escapes even without a cgroup.)
@@ -348,6 +422,14 @@ fn open_tempdir() -> tempfile::TempDir {
     )
     .unwrap();
     dir
+}
+
+/// Every probe as `user` whose `tried` starts with `tried`.
+fn named<'a>(probes: &'a [Value], user: &str, tried: &str) -> Vec<&'a Value> {
+    probes
+        .iter()
+        .filter(|p| p["user"] == user && p["tried"].as_str().unwrap().starts_with(tried))
+        .collect()
 }
 
 fn probe_named<'a>(probes: &'a [Value], user: &str, tried: &str) -> &'a Value {
@@ -551,4 +633,111 @@ fn code_and_protected_trees_are_walked_entry_by_entry() {
     }
     // Nothing else failed: the doors planted are the ones found.
     assert_eq!(f.len(), 5, "{f:?}");
+}
+
+/// A sudoers drop-in this test writes, removed on drop.
+struct SudoersDropIn(std::path::PathBuf);
+
+impl SudoersDropIn {
+    fn new(rule: &str) -> Self {
+        let path = std::path::PathBuf::from(format!(
+            "/etc/sudoers.d/tonotest-verify-{}",
+            std::process::id()
+        ));
+        std::fs::write(&path, format!("{rule}\n")).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o440))
+            .unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for SudoersDropIn {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_sudoer_or_a_member_of_a_privileged_group_fails_verify_by_name() {
+    need_root!();
+    if !std::path::Path::new("/etc/sudoers.d").is_dir() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "sudo is not installed (no /etc/sudoers.d): the sudoer probe cannot be tested"
+        );
+        eprintln!("\n*** SKIPPED: sudo is not installed (no /etc/sudoers.d) ***\n");
+        return;
+    }
+    let (a, b) = (TestUser::with_key(), TestUser::with_key());
+    let users = ["--user", a.name(), "--user", b.name()];
+    let sudoer = format!("{} is no sudoer", a.name());
+    let grouped = format!("{} is in no privileged group", a.name());
+    let in_call = "sudo -n true (shows no_new_privs holds";
+    // Control: neither a sudoer nor in a privileged group.
+    let (code, probes) = verify(&users);
+    assert_eq!(code, 0, "{:?}", failing(&probes));
+    let p = probe_named(&probes, "root", &sudoer);
+    assert_eq!(
+        p["got"],
+        format!("sudo -l -U {}: not allowed", a.name()),
+        "{p}"
+    );
+    let p = probe_named(&probes, a.name(), in_call);
+    assert_eq!(p["pass"], true, "{p}");
+    assert!(
+        p["got"]
+            .as_str()
+            .unwrap()
+            .contains("\"no new privileges\" flag"),
+        "{p}"
+    );
+
+    // A NOPASSWD: ALL sudoer: the call's own sudo is still refused (by
+    // no_new_privs, all that probe shows), and root's probe fails by name.
+    let drop_in = SudoersDropIn::new(&format!("{} ALL=(ALL) NOPASSWD: ALL", a.name()));
+    let (code, probes) = verify(&users);
+    assert_eq!(code, 1);
+    let f = failing(&probes);
+    assert_eq!(f.len(), 1, "{f:?}");
+    let p = probe_named(&probes, "root", &sudoer);
+    assert_eq!(
+        (p["pass"].clone(), p["inconclusive"].clone()),
+        (Value::Bool(false), Value::Bool(false)),
+        "{p}"
+    );
+    assert_eq!(
+        p["got"],
+        format!("sudo -l -U {}: a sudoer: (ALL) NOPASSWD: ALL", a.name()),
+        "{p}"
+    );
+    assert_eq!(probe_named(&probes, a.name(), in_call)["pass"], true);
+    drop(drop_in);
+
+    // A member of adm (every log): the group probe fails, naming it.
+    let usermod = |args: &[&str]| {
+        let o = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    usermod(&["usermod", "-aG", "adm", a.name()]);
+    let (code, probes) = verify(&users);
+    usermod(&["gpasswd", "-d", a.name(), "adm"]);
+    assert_eq!(code, 1);
+    let f = failing(&probes);
+    assert_eq!(f.len(), 1, "{f:?}");
+    let p = probe_named(&probes, "root", &grouped);
+    assert_eq!(p["pass"], false, "{p}");
+    assert!(
+        p["got"]
+            .as_str()
+            .unwrap()
+            .starts_with("a member of adm (gid "),
+        "{p}"
+    );
+    // And back: passes.
+    let (code, probes) = verify(&users);
+    assert_eq!(code, 0, "{:?}", failing(&probes));
 }

@@ -29,6 +29,9 @@ use crate::user::TargetUser;
 /// How many attempts one launch carries (the answers stay well under the
 /// status pipe's cap).
 const PROBES_PER_LAUNCH: usize = 2_000;
+/// How many times root looks for each user's target process (20 ms apart)
+/// before the probes aimed at it are reported as not run.
+const SLEEPER_LOOKS: usize = 100;
 /// How many entries of a tree a failing probe names.
 const SHOWN: usize = 3;
 
@@ -44,6 +47,10 @@ enum Judge {
     /// A program that grants root must refuse: a non-zero exit that is not
     /// "not found" (127) or "cannot run" (126).
     ProgramRefuses,
+    /// `sudo` in a call must refuse *because of* `no_new_privs`: that is all
+    /// it can show (under the flag it refuses every user, a `NOPASSWD: ALL`
+    /// sudoer too); another refusal proves nothing about the flag.
+    NoNewPrivs,
 }
 
 /// One line of the report: one or more attempts judged together (a
@@ -122,6 +129,16 @@ fn judge_one(judge: Judge, answer: &AccessAnswer) -> (Verdict, String) {
                 Verdict::Inconclusive,
                 format!("inconclusive: exit {code:?}: {}", answer.detail),
             ),
+        },
+        Judge::NoNewPrivs => match judge_one(Judge::ProgramRefuses, answer) {
+            (Verdict::Pass, said) if answer.detail.contains("\"no new privileges\" flag") => {
+                (Verdict::Pass, said)
+            }
+            (Verdict::Pass, said) => (
+                Verdict::Inconclusive,
+                format!("inconclusive: not refused for no_new_privs: {said}"),
+            ),
+            other => other,
         },
     }
 }
@@ -321,16 +338,23 @@ fn asks(me: &TargetUser, plan: &VerifyPlan, pids: &[(String, u32)]) -> Vec<Ask> 
         Judge::Denied,
         AccessProbe::SetUid { uid: 0 },
     ));
-    for (program, args) in [
-        ("sudo", &["-n", "true"][..]),
-        ("su", &["-c", "true", "root"][..]),
+    // `sudo` in a call shows only that no_new_privs holds; whether the user
+    // is a sudoer at all is root's question (`super::privilege`).
+    for (program, args, judge, what) in [
+        (
+            "sudo",
+            &["-n", "true"][..],
+            Judge::NoNewPrivs,
+            " (shows no_new_privs holds in a call, not that the user is no sudoer)",
+        ),
+        ("su", &["-c", "true", "root"][..], Judge::ProgramRefuses, ""),
     ] {
         if let Some(path) = installed(program) {
             let mut argv = vec![path.display().to_string()];
             argv.extend(args.iter().map(|a| a.to_string()));
             out.push(Ask::one(
-                format!("{program} {}", args.join(" ")),
-                Judge::ProgramRefuses,
+                format!("{program} {}{what}", args.join(" ")),
+                judge,
                 AccessProbe::Program { argv },
             ));
         }
@@ -432,14 +456,26 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
     }
     let mut pids: Vec<(String, u32)> =
         vec![("the verifying root process".into(), std::process::id())];
+    // A user whose target was never seen: the probes aimed at it could not
+    // run, and each is reported as such, never left out.
+    let mut unseen: Vec<String> = Vec::new();
     for u in &plan.users {
-        for _ in 0..100 {
-            if let Some(pid) = find_sleeper(u.uid) {
-                pids.push((u.name.clone(), pid));
+        let mut found = None;
+        for _ in 0..SLEEPER_LOOKS {
+            found = find_sleeper(u.uid);
+            if found.is_some() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        match found {
+            Some(pid) => pids.push((u.name.clone(), pid)),
+            None => unseen.push(u.name.clone()),
+        }
+    }
+    let sudo = installed("sudo");
+    for u in &plan.users {
+        probes.extend(super::privilege::privilege_probes(u, sudo.as_deref()));
     }
     for (program, _) in [("sudo", ()), ("su", ())] {
         if installed(program).is_none() {
@@ -456,6 +492,20 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
             .filter(|(who, _)| who != &me.name)
             .cloned()
             .collect();
+        for who in unseen.iter().filter(|who| *who != &me.name) {
+            for kind in ["signal", "ptrace"] {
+                probes.push(Probe::of(
+                    me,
+                    format!("{kind} {who} (no pid)"),
+                    Expect::Denied,
+                    format!(
+                        "inconclusive: could not run: {who}'s target (a call's `sleep 30`) \
+                         was not seen in /proc in {SLEEPER_LOOKS} looks"
+                    ),
+                    Verdict::Inconclusive,
+                ));
+            }
+        }
         let asks = asks(me, plan, &targets);
         let expected: usize = asks.iter().map(|a| a.probes.len()).sum();
         let answers = match attempt(launcher, me, &asks, &options).await {
@@ -492,7 +542,7 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
             }
             let (verdict, got) = judge_ask(ask, mine);
             let expected = match ask.judge {
-                Judge::Denied | Judge::ProgramRefuses => Expect::Denied,
+                Judge::Denied | Judge::ProgramRefuses | Judge::NoNewPrivs => Expect::Denied,
                 Judge::Allowed => Expect::Allowed,
                 Judge::Private => Expect::Holds,
             };
@@ -584,6 +634,29 @@ mod tests {
         assert_eq!(
             program(false, Some(libc::ENOENT), None),
             Verdict::Inconclusive
+        );
+    }
+
+    #[test]
+    fn sudo_in_a_call_passes_only_when_no_new_privs_refused_it() {
+        let sudo = |detail: &str| {
+            judge_one(
+                Judge::NoNewPrivs,
+                &AccessAnswer {
+                    ok: false,
+                    errno: None,
+                    detail: detail.into(),
+                    value: Some(1),
+                },
+            )
+        };
+        let nnp = "sudo: The \"no new privileges\" flag is set, which prevents sudo from running as root.";
+        assert_eq!(sudo(nnp).0, Verdict::Pass);
+        let (verdict, said) = sudo("sudo: a password is required");
+        assert_eq!(verdict, Verdict::Inconclusive);
+        assert!(
+            said.starts_with("inconclusive: not refused for no_new_privs"),
+            "{said}"
         );
     }
 

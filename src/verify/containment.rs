@@ -1,12 +1,15 @@
 //! Probes of containment, run as a probed user through `drop_and_run`
 //! like any call: nothing a call started outlives it, a fork past the
-//! call's process limit fails with `EAGAIN`, and an allocation past its
-//! memory limit is stopped inside the call.
+//! call's `pids.max` fails with `EAGAIN` that the cgroup counted, and an
+//! allocation past its memory limit is stopped inside the call.
 //!
 //! Guarantees: each probe passes only on what it observed, with the
 //! evidence in `got`: the escapes counted alive by the tool itself before
 //! its call ended (the positive control) and by root after it; the errno
-//! `fork` gave and after how many children; how the hog ended and what the
+//! `fork` gave, after how many children, and how many forks `pids.events`
+//! says `pids.max` refused (an `EAGAIN` it did not count came from the
+//! uid's `RLIMIT_NPROC`, and proves nothing about `pids.max`); the processes
+//! a call sees beside those the user's own view sees; how the hog ended and what the
 //! call's cgroup counted. A probe whose positive control did not happen
 //! (the escapes never started, the fork never failed, the hog never grew)
 //! fails as inconclusive.
@@ -18,6 +21,7 @@ use serde_json::json;
 
 use super::probe::{Expect, Probe, Verdict};
 use crate::classify::Policy;
+use crate::contain::AppliedLimits;
 use crate::drop::{drop_and_run, DropRequest, Launcher, Outcome, RunOptions};
 use crate::user::TargetUser;
 
@@ -70,6 +74,51 @@ fn alive_with(arg: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// What the fork probe is called when the call had a `pids.max`: it passes
+/// only when that limit refused the fork.
+pub const FORK_PIDS_MAX: &str = "a fork past the call's pids.max fails with EAGAIN";
+/// What the fork probe is called when the call had no `pids` cgroup: only
+/// the uid's `RLIMIT_NPROC` limits it, and the line says so.
+pub const FORK_RLIMIT_ONLY: &str =
+    "a fork past the uid's RLIMIT_NPROC fails with EAGAIN (limits by rlimit only: no pids cgroup)";
+
+/// The fork probe's verdict on what the fork loop printed and what the
+/// call's cgroup counted. `EAGAIN` alone proves nothing about `pids.max`:
+/// the uid's `RLIMIT_NPROC` gives the same errno. It passes as the call's
+/// limit only when `pids.events` counted the refusal; with a `pids.max` in
+/// force that counted none, another limit stopped the loop first and the
+/// probe is inconclusive; with no `pids` cgroup it is its own line, the
+/// rlimit's.
+fn fork_probe(user: &TargetUser, said: &str, limits: AppliedLimits) -> Probe {
+    let control = said.starts_with("failed after") || said.starts_with("no limit after");
+    let eagain = said.starts_with("failed after") && said.ends_with("errno 11");
+    let nproc = limits.rlimit_nproc;
+    let Some((max, by)) = limits.pids_max else {
+        return probe(
+            user,
+            FORK_RLIMIT_ONLY,
+            format!("{said}; no pids.max applied; RLIMIT_NPROC {nproc}"),
+            eagain,
+            control,
+        );
+    };
+    let hits = limits.pids_max_hits;
+    let got = format!("{said}; pids.max {max} ({by}) refused {hits} fork(s); RLIMIT_NPROC {nproc}");
+    if eagain && hits == 0 {
+        return Probe::of(
+            user,
+            FORK_PIDS_MAX,
+            Expect::Holds,
+            format!(
+                "inconclusive: {got}: EAGAIN came from another limit (RLIMIT_NPROC counts \
+                 every process of the uid), so pids.max was never reached"
+            ),
+            Verdict::Inconclusive,
+        );
+    }
+    probe(user, FORK_PIDS_MAX, got, eagain && hits > 0, control)
+}
+
 /// Runs the three containment probes as `user`.
 pub async fn containment_probes(
     launcher: &Launcher,
@@ -92,30 +141,36 @@ pub async fn containment_probes(
     let said = |o: &Outcome| o.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
     let (host_said, call_said) = (said(&host), said(&call));
     let fields: Vec<&str> = call_said.split(' ').collect();
+    let host_fields: Vec<&str> = host_said.split(' ').collect();
+    let count = |f: &[&str]| f.get(2).and_then(|n| n.parse::<u32>().ok());
+    let (call_count, host_count) = (count(&fields), count(&host_fields));
     let hidden = fields.len() == 3 && fields[0] == "0" && fields[1] != "0";
-    let control = host_said.split(' ').nth(1) == Some("0");
+    // The controls, both from the user's own (shared) view: the identity is
+    // readable there, and `ps -e` there counts the host's processes, which
+    // a call in its own PID namespace must not see.
+    let control = host_fields.get(1) == Some(&"0") && host_count.is_some();
+    let fewer = match (call_count, host_count) {
+        (Some(call), Some(host)) => call < host && call < 10,
+        _ => false,
+    };
     let view_probe = probe(
         user,
         "a tool sees no key store and only its own call's processes",
         format!(
             "in a call ({} view): {} store entries, cat identity exit {}, {} processes; \
-             the user's own view: {}",
+             the user's own view: {}, {} processes",
             base.view,
             fields.first().unwrap_or(&"?"),
             fields.get(1).unwrap_or(&"?"),
             fields.get(2).unwrap_or(&"?"),
-            if control {
+            if host_fields.get(1) == Some(&"0") {
                 "identity readable"
             } else {
                 "identity not readable (no control)"
             },
+            host_fields.get(2).unwrap_or(&"?"),
         ),
-        hidden
-            && control
-            && fields
-                .get(2)
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|n| n < 10),
+        hidden && control && fewer,
         control,
     );
     // Three ways out of a process group; each sleeper has an argument no
@@ -155,17 +210,11 @@ pub async fn containment_probes(
                 if (!defined $p) { print \"failed after $n errno \", $!+0, \"\\n\"; last } \
                 if ($p == 0) { sleep 30; exit 0 } $n++; if ($n >= 5000) { print \"no limit after $n\\n\"; last } }'";
     let done = shell(launcher, user, fork.into(), base.clone()).await;
-    let said = done.stdout.trim().to_owned();
-    let limited = said.starts_with("failed after") && said.ends_with("errno 11");
-    let hits = done.limits.as_ref().map_or(0, |l| l.pids_max_hits);
-    out.push(probe(
+    out.push(fork_probe(
         user,
-        "a fork past the call's process limit fails with EAGAIN",
-        format!("{said}; pids.max refused {hits} fork(s)"),
-        limited,
-        said.starts_with("failed after") || said.starts_with("no limit after"),
+        done.stdout.trim(),
+        done.limits.clone().unwrap_or_default(),
     ));
-
     let hog_options = RunOptions {
         memory_max: HOG_LIMIT,
         timeout: Duration::from_secs(30),
@@ -198,4 +247,55 @@ pub async fn containment_probes(
 
     out.push(view_probe);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> TargetUser {
+        TargetUser {
+            name: "u".into(),
+            uid: 61000,
+            gid: 61000,
+            home: "/home/u".into(),
+            shell: "/bin/sh".into(),
+        }
+    }
+
+    fn limits(pids_max: Option<u64>, hits: u64) -> AppliedLimits {
+        AppliedLimits {
+            pids_max: pids_max.map(|m| (m, "cgroup v2 pids".into())),
+            pids_max_hits: hits,
+            rlimit_nproc: 64,
+            ..AppliedLimits::default()
+        }
+    }
+
+    #[test]
+    fn an_eagain_pids_max_did_not_count_is_not_a_pass_for_pids_max() {
+        let eagain = "failed after 61 errno 11";
+        // The rlimit stopped the loop first (the Docker case: "pids.max
+        // refused 0 fork(s)").
+        let p = fork_probe(&user(), eagain, limits(Some(256), 0));
+        assert_eq!(p.tried, FORK_PIDS_MAX);
+        assert!(!p.pass && p.inconclusive, "{p:?}");
+        assert!(p.got.contains("refused 0 fork(s)"), "{}", p.got);
+        assert!(p.got.contains("RLIMIT_NPROC"), "{}", p.got);
+        // Counted by pids.events: the call's limit held.
+        let p = fork_probe(&user(), "failed after 255 errno 11", limits(Some(256), 1));
+        assert!(p.pass, "{p:?}");
+        assert_eq!(p.tried, FORK_PIDS_MAX);
+        // No pids cgroup at all: the rlimit's own line, never pids.max's.
+        let p = fork_probe(&user(), eagain, limits(None, 0));
+        assert_eq!(p.tried, FORK_RLIMIT_ONLY);
+        assert!(p.pass && p.got.contains("no pids.max applied"), "{p:?}");
+        // Another errno, or no limit at all, fails; no output is no control.
+        for (said, hits) in [("failed after 10 errno 12", 1), ("no limit after 5000", 0)] {
+            let p = fork_probe(&user(), said, limits(Some(256), hits));
+            assert!(!p.pass && !p.inconclusive, "{p:?}");
+        }
+        let p = fork_probe(&user(), "", limits(Some(256), 0));
+        assert!(p.inconclusive, "{p:?}");
+    }
 }

@@ -14,8 +14,9 @@
 //! IPC, its home's mode and the login folders ([`side_doors`]). The code trees
 //! are walked entry by entry, bounded, never through a link
 //! ([`tree_walk`]). Facts about the machine are read by root from
-//! root-owned files only ([`machine`]); anything in a home is inspected as
-//! its owner. The top of the library: it uses the worker's side of a call
+//! root-owned files only ([`machine`]), and so is whether a user could
+//! become root outside a call — a sudoer, a privileged group
+//! ([`privilege`]); anything in a home is inspected as its owner. The top of the library: it uses the worker's side of a call
 //! and the turn's constants, and nothing below imports it.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod as_user;
 pub mod containment;
 pub mod machine;
 pub mod network;
+pub mod privilege;
 pub mod probe;
 pub mod side_doors;
 pub mod tree_walk;

@@ -41,7 +41,9 @@ pub(super) fn answer(out: &Outcome, name: &str) -> String {
 }
 
 /// A perl script (perl is in every Debian) that connects to each
-/// `(name, host, port)` and prints `name ok` or `name errno N`.
+/// `(name, host, port)` and prints `name ok` or `name errno N`; a connect
+/// that has no answer in 5 s is `errno 110` (`ETIMEDOUT`), so a probe
+/// whose packets vanish ends as a failure, not as a call's timeout.
 fn connects(targets: &[(&str, &str, u16)]) -> String {
     let list: Vec<String> = targets
         .iter()
@@ -49,9 +51,11 @@ fn connects(targets: &[(&str, &str, u16)]) -> String {
         .collect();
     format!(
         "exec perl -MSocket -e 'for my $t ({}) {{ my ($n, $h, $p) = @$t; \
-         socket(my $s, PF_INET, SOCK_STREAM, 0) or die; \
-         if (connect($s, pack_sockaddr_in($p, inet_aton($h)))) {{ print \"$n ok\\n\" }} \
-         else {{ print \"$n errno \", $!+0, \"\\n\" }} close $s }}'",
+         socket(my $s, PF_INET, SOCK_STREAM, 0) or die; my $e = 0; \
+         my $ok = eval {{ local $SIG{{ALRM}} = sub {{ die \"timeout\\n\" }}; alarm 5; \
+         my $r = connect($s, pack_sockaddr_in($p, inet_aton($h))); $e = $!+0; alarm 0; $r }}; \
+         if ($@) {{ print \"$n errno 110\\n\" }} elsif ($ok) {{ print \"$n ok\\n\" }} \
+         else {{ print \"$n errno $e\\n\" }} close $s }}'",
         list.join(",")
     )
 }
@@ -70,6 +74,18 @@ pub async fn network_probes(
     launcher: &Launcher,
     user: &TargetUser,
     base: &RunOptions,
+) -> Vec<Probe> {
+    network_probes_on(launcher, user, base, |mode| mode).await
+}
+
+/// [`network_probes`], each mode's calls run on the network `runs_on`
+/// gives for it: the identity, except in a test that makes a mode leak
+/// (its calls on another network) to see its line fail.
+pub async fn network_probes_on(
+    launcher: &Launcher,
+    user: &TargetUser,
+    base: &RunOptions,
+    runs_on: impl Fn(Network) -> Network,
 ) -> Vec<Probe> {
     let listener = match TcpListener::bind("127.0.0.1:0") {
         Ok(l) => l,
@@ -92,7 +108,7 @@ pub async fn network_probes(
     ]);
     let run = |network: Network| {
         let options = RunOptions {
-            network: Some(network),
+            network: Some(runs_on(network)),
             view: crate::launch::view::View::Private,
             ..base.clone()
         };
