@@ -105,17 +105,18 @@ impl Cgroups {
         out
     }
 
-    /// Whether a call can get a cgroup of its own with `pids` and `memory`.
+    /// Whether a call can get a cgroup of its own with a `pids` limit:
+    /// in the v2 folder (writable, with `pids` and `memory`), or in a v1
+    /// `pids` hierarchy (as on a hybrid host, where the v2 one delegates
+    /// nothing).
     pub fn delegated(&self) -> bool {
-        match &self.v2 {
-            Some(v2) => {
-                v2.writable.is_ok()
-                    && ["pids", "memory"]
-                        .iter()
-                        .all(|c| v2.controllers.iter().any(|have| have == c))
-            }
-            None => false,
-        }
+        let v2 = self.v2.as_ref().is_some_and(|v2| {
+            v2.writable.is_ok()
+                && ["pids", "memory"]
+                    .iter()
+                    .all(|c| v2.controllers.iter().any(|have| have == c))
+        });
+        v2 || self.v1_controllers.iter().any(|c| c == "pids")
     }
 }
 
@@ -173,10 +174,12 @@ mod tests {
             "12:pids:/user.slice\n11:cpu,cpuacct:/\n1:name=systemd:/x\n0::/user.slice\n",
         );
         assert_eq!(c.v1_controllers, ["cpu", "cpuacct", "pids"]);
+        assert!(c.delegated(), "the v1 pids hierarchy holds a call's limit");
+        let no_pids = Cgroups::parse("", "11:cpu,cpuacct:/\n0::/user.slice\n");
+        assert!(!no_pids.delegated());
         assert_eq!(
             c.v2.as_ref().unwrap().dir,
             PathBuf::from("/sys/fs/cgroup/unified/user.slice")
         );
-        assert!(!c.delegated(), "nothing read of the folder yet");
     }
 }

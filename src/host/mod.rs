@@ -279,7 +279,7 @@ impl HostFacts {
                     "{}; {}",
                     self.cgroups,
                     if self.cgroups.delegated() {
-                        "calls get cgroups of their own"
+                        "calls get cgroups of their own with a pids limit"
                     } else {
                         "no cgroup to delegate: limits by rlimit only"
                     }
