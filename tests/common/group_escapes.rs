@@ -17,9 +17,13 @@ use tono_seal::launch::view::View;
 use crate::common::{live_processes, shell_with, TestUser};
 
 /// Waits (bounded by the call's timeout, not a clock of its own) until
-/// the user runs `$1` processes whose command line is exactly `sleep 1000`.
-const WAIT_FOR: &str =
-    "w() { until [ \"$(pgrep -c -u \"$(id -u)\" -x -f 'sleep 1000')\" -ge \"$1\" ]; do sleep 0.01; done; }; ";
+/// the user runs `$1` processes whose command line is exactly `sleep 1000`
+/// (perl, as every Debian has it; `-O`: a process of the caller's uid).
+const WAIT_FOR: &str = "w() { perl -e 'while (1) { \
+     my $n = grep { my $c = \"\"; if (-O $_ and open(my $f, \"<\", $_)) { $c = <$f> // \"\" } \
+       $c eq \"sleep\\0\" . \"1000\\0\" } \
+       glob(\"/proc/[0-9]*/cmdline\"); \
+     exit 0 if $n >= $ARGV[0]; select(undef, undef, undef, 0.01) }' \"$1\"; }; ";
 
 /// Escapes that leave the call's process group, with how many processes
 /// each leaves behind. Each prints `started` once its escapees run.
