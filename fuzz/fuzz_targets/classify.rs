@@ -2,7 +2,9 @@
 //! body it shares with the seeded corpus run of the test suite
 //! (`fuzz/classify_check.rs`: never a panic, every `Stay` passes a
 //! reference written apart from the classifier, and the call parser
-//! agrees with the whole-`Value` reading).
+//! agrees with the whole-`Value` reading). On a stable toolchain:
+//! `cargo fuzz run -s none classify` (coverage-guided, no sanitizer; the
+//! default `-s address` needs nightly's `-Zsanitizer`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
