@@ -2,6 +2,8 @@
 //! as a whole when the call ends; a fork bomb hits its own `pids.max`.
 
 mod common;
+#[path = "common/group_escapes.rs"]
+mod group_escapes;
 
 use std::time::{Duration, Instant};
 
@@ -42,30 +44,45 @@ fn cgroups_left(names: &[String]) -> Vec<String> {
 }
 
 #[test]
-fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives() {
+fn what_left_the_group_is_killed_by_the_calls_cgroup_and_a_concurrent_call_lives() {
     need_root!();
     let u = TestUser::with_key();
     let rt = rt();
     let names = rt.block_on(async {
-        let mut names = Vec::new();
         let user = u.user.clone();
         // The other call runs until the test says it is done (a file where
-        // a private call sees the host's), at most 1,200 looks: bounded by
-        // events, not by a clock.
+        // a private call sees the host's), at most 2,400 looks: bounded by
+        // events, not by a clock. It says it runs with a file of its own.
         let done = common::marker_path(&format!("containment-done-{}", std::process::id()));
+        let ready = common::marker_path(&format!("containment-ready-{}", std::process::id()));
         let _ = std::fs::remove_file(&done);
+        let _ = std::fs::remove_file(&ready);
         let wait = format!(
-            "i=0; while [ ! -e {done} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+            "touch {ready}; i=0; while [ ! -e {done} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; \
              [ -e {done} ] && echo survived"
         );
-        let long = tokio::spawn(async move { shell(&user, &wait, Duration::from_secs(120)).await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let long = tokio::spawn(async move {
+            common::shell_shared(&user, &wait, Duration::from_secs(180)).await
+        });
+        let mut looks = 0;
+        while !std::path::Path::new(&ready).exists() {
+            looks += 1;
+            assert!(looks < 10_000 && !long.is_finished(), "the other call never started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The cgroup's kill, where nothing else can end an escapee: the
+        // shared view and escapes out of the call's process group.
+        let mut names = group_escapes::the_cgroup_kills_what_left_the_group(
+            &u,
+            &|| !long.is_finished(),
+            &|how, out| assert!(out.limits.as_ref().unwrap().cgroup_v2, "{how}: {out:?}"),
+        )
+        .await;
+        // The private view: its PID namespace and the cgroup together.
         for escape in ESCAPES {
             let out = shell(&u.user, escape, Duration::from_secs(10)).await;
             names.push(cgroup_of(&out));
             assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
-            // It ended without waiting for the user's other call (an event,
-            // not a clock: that call is still running).
             assert!(!long.is_finished(), "{escape}: waited for the other call");
             let left: Vec<String> = live_processes(u.user.uid)
                 .into_iter()
@@ -77,44 +94,10 @@ fn escaped_processes_are_gone_when_the_call_returns_but_a_concurrent_call_lives(
             );
             assert!(out.limits.as_ref().unwrap().cgroup_v2, "{out:?}");
         }
-        // Control: without the cgroup the same escape survives the call, so
-        // the checks above can see an escapee.
-        let launcher = launcher();
-        let policy = Policy::default();
-        let raw = serde_json::to_vec(
-            &json!({"tool": "shell", "args": {"command": "setsid sleep 1000 & sleep 0.3; echo started"}}),
-        )
-        .unwrap();
-        // (The shared view: in the private one the call's PID namespace
-        // would take the escapee down with its init.)
-        let options = RunOptions {
-            cgroup: false,
-            view: tono_seal::launch::view::View::Shared,
-            ..RunOptions::default()
-        };
-        let req = DropRequest {
-            launcher: &launcher,
-            policy: &policy,
-            user: &u.user,
-            grants: &[],
-            call: &raw,
-            options,
-        };
-        let _ = drop_and_run(&req).await;
-        let escaped: Vec<String> = live_processes(u.user.uid)
-            .into_iter()
-            .filter(|p| p.contains("1000"))
-            .collect();
-        assert!(
-            !escaped.is_empty(),
-            "the control escapee should have survived without a cgroup"
-        );
-        let _ = std::process::Command::new("pkill")
-            .args(["-KILL", "-f", "-u", u.name(), "sleep 1000"])
-            .status();
         std::fs::write(&done, b"").unwrap();
         let long = long.await.unwrap();
         let _ = std::fs::remove_file(&done);
+        let _ = std::fs::remove_file(&ready);
         assert_eq!(
             long.stdout.trim(),
             "survived",

@@ -1,14 +1,19 @@
 //! A host with cgroup v1 but no v2 (the worker is told to leave the v2
 //! mount alone): what escaped a call is killed through the call's v1
 //! cgroup, by pidfd, when the call ends, while a concurrent call of the
-//! same user lives on. One test in its own binary: the mounts are set once
+//! same user lives on. The calls use the shared view and escapes out of
+//! the process group, so the v1 cgroup's kill is all that can end them
+//! (the escapes of `common/group_escapes.rs`, each beside its control
+//! without a cgroup). One test in its own binary: the mounts are set once
 //! per process.
 
 mod common;
+#[path = "common/group_escapes.rs"]
+mod group_escapes;
 
 use std::time::Duration;
 
-use common::{limits_note, live_processes, rt, shell, TestUser, ESCAPES};
+use common::{limits_note, rt, shell_shared, TestUser};
 use tono_seal::contain::{self, Mounts};
 
 #[test]
@@ -46,45 +51,48 @@ fn without_v2_what_escaped_is_killed_through_the_v1_cgroup() {
     }));
     let u = TestUser::with_key();
     // The other call runs until the test says it is done (a file), at
-    // most 600 looks: bounded by events, not by a clock.
-    // (Where a private call sees the host's files: its /tmp is its own.)
-    let done = std::path::PathBuf::from(common::marker_path(&format!(
-        "tono-v1-done-{}",
-        std::process::id()
-    )));
+    // most 2,400 looks: bounded by events, not by a clock. It says it runs
+    // with a file of its own.
+    let done = common::marker_path(&format!("tono-v1-done-{}", std::process::id()));
+    let ready = common::marker_path(&format!("tono-v1-ready-{}", std::process::id()));
     let _ = std::fs::remove_file(&done);
+    let _ = std::fs::remove_file(&ready);
     let wait = format!(
-        "i=0; while [ ! -e {0} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; \
-         [ -e {0} ] && echo survived",
-        done.display()
+        "touch {ready}; i=0; while [ ! -e {done} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; \
+         [ -e {done} ] && echo survived"
     );
     rt().block_on(async {
         let user = u.user.clone();
-        let long = tokio::spawn(async move { shell(&user, &wait, Duration::from_secs(60)).await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        for escape in ESCAPES {
-            let out = shell(&u.user, escape, Duration::from_secs(10)).await;
-            assert_eq!(out.stdout.trim(), "started", "{escape}: {out:?}");
-            // It ended without waiting for the user's other call (an event,
-            // not a clock: that call is still running).
-            assert!(!long.is_finished(), "{escape}: waited for the other call");
-            let left: Vec<String> = live_processes(u.user.uid)
-                .into_iter()
-                .filter(|p| p.contains("1000"))
-                .collect();
-            assert!(left.is_empty(), "{escape}: outlived the call: {left:?}");
-            let limits = out.limits.as_ref().unwrap();
-            assert!(!limits.cgroup_v2, "{out:?}");
-            assert!(limits.pids_max.is_some(), "{out:?}");
-            assert_eq!(limits.cleanup_error, None, "{out:?}");
+        let long =
+            tokio::spawn(async move { shell_shared(&user, &wait, Duration::from_secs(180)).await });
+        let mut looks = 0;
+        while !std::path::Path::new(&ready).exists() {
+            looks += 1;
             assert!(
-                limits_note(&out).contains("pidfd"),
-                "the outcome says how the call ended: {limits:?}"
+                looks < 10_000 && !long.is_finished(),
+                "the other call never started"
             );
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        group_escapes::the_cgroup_kills_what_left_the_group(
+            &u,
+            &|| !long.is_finished(),
+            &|how, out| {
+                let limits = out.limits.as_ref().unwrap();
+                assert!(!limits.cgroup_v2, "{how}: {out:?}");
+                assert!(limits.pids_max.is_some(), "{how}: {out:?}");
+                // The note names the mechanism; the count above is the kill.
+                assert!(
+                    limits_note(out).contains("pidfd"),
+                    "{how}: the outcome says how the call is ended: {limits:?}"
+                );
+            },
+        )
+        .await;
         std::fs::write(&done, b"").unwrap();
         let long = long.await.unwrap();
         let _ = std::fs::remove_file(&done);
+        let _ = std::fs::remove_file(&ready);
         assert_eq!(long.stdout.trim(), "survived", "{long:?}");
     });
 }

@@ -26,7 +26,11 @@
 //! Without cgroup v2 (no `cgroup.kill`), what is left in a call's v1
 //! cgroups when it ends is killed one process at a time through pidfds
 //! ([`CallCgroup::finish`]); with no cgroup hierarchy at all, calls fall
-//! back to the weaker per-user sweep of [`super::sweep`].
+//! back to the weaker per-user sweep of [`super::sweep`]. Either way the
+//! kill is counted when it happens: [`Counters::killed_at_end`] is the
+//! number of distinct processes the cgroup still held, and this module
+//! killed, after the call's launcher had exited — what left the call's
+//! process group, which only the cgroup can reach.
 //!
 //! A worker that is SIGKILLed cannot clean up; its cgroups carry its pid in
 //! their name (`call-<pid>-<n>`), and [`super::dead_workers`], run when
@@ -106,6 +110,9 @@ pub struct CallCgroup {
     /// `memory.max` is set in the v2 cgroup (a delegated controller).
     v2_memory: bool,
     uid: u32,
+    /// The processes the end-of-call kill found in the call's cgroups and
+    /// killed (pids, each counted once however often it was signalled).
+    killed: Mutex<HashSet<u32>>,
 }
 
 /// The mode of every cgroup folder the worker makes: root's, searchable,
@@ -211,10 +218,13 @@ impl CallCgroup {
                 Some(dir)
             }
             None => {
+                // What will be done at the call's end (the mechanism, not a
+                // kill that happened: `killed_at_end` counts those).
                 limits.note = Some(if untracked(mounts) {
                     "no cgroup: processes that left the process group are killed by the per-user sweep when the user's last live call ends".into()
                 } else {
-                    "no cgroup v2: what is left in the call's v1 cgroups is killed through pidfds"
+                    "no cgroup v2: what is left in the call's v1 cgroups when it ends is killed \
+                     one process at a time through pidfds (counted in killed_at_end)"
                         .into()
                 });
                 None
@@ -262,6 +272,7 @@ impl CallCgroup {
                 v2_pids,
                 v2_memory,
                 uid,
+                killed: Mutex::new(HashSet::new()),
             },
             limits,
         ))
@@ -282,6 +293,7 @@ impl CallCgroup {
             v2_pids: false,
             v2_memory: false,
             uid: UNASSIGNED,
+            killed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -335,11 +347,33 @@ impl CallCgroup {
             .collect()
     }
 
-    /// Kills everything in the v2 cgroup now, without waiting.
+    /// Kills everything in the v2 cgroup now, without waiting; what it
+    /// held is counted as killed.
     pub fn kill_now(&self) {
         if let Some(dir) = &self.v2 {
-            let _ = write_file(&dir.join("cgroup.kill"), "1");
+            let _ = self.kill_v2(dir);
         }
+    }
+
+    /// Writes `1` to the v2 cgroup's `cgroup.kill`; the processes listed
+    /// just before (a process cannot leave a cgroup the user cannot write,
+    /// and one forked after the listing is killed too, uncounted) are
+    /// counted as killed once the write succeeded.
+    fn kill_v2(&self, dir: &Path) -> Result<(), String> {
+        let held = listed(dir).unwrap_or_default();
+        write_file(&dir.join("cgroup.kill"), "1").map_err(|e| format!("cgroup.kill: {e}"))?;
+        self.count_killed(held);
+        Ok(())
+    }
+
+    fn count_killed(&self, pids: impl IntoIterator<Item = u32>) {
+        let mut killed = self.killed.lock().unwrap_or_else(|p| p.into_inner());
+        killed.extend(pids);
+    }
+
+    fn killed_count(&self) -> u64 {
+        let killed = self.killed.lock().unwrap_or_else(|p| p.into_inner());
+        killed.len() as u64
     }
 
     /// Kills everything in the call and waits for it to empty; then hands
@@ -353,9 +387,14 @@ impl CallCgroup {
             oom_kills: self.oom_kills(),
             memory_peak: self.memory_peak(),
             pids_peak: self.pids_peak(),
+            killed_at_end: 0,
         };
         match self.kill_all() {
             Ok(()) => {
+                let counters = Counters {
+                    killed_at_end: self.killed_count(),
+                    ..counters
+                };
                 remove_later(self);
                 Ok(counters)
             }
@@ -414,7 +453,7 @@ impl CallCgroup {
     /// there, by pidfd.
     fn kill_all(&self) -> Result<(), String> {
         if let Some(dir) = &self.v2 {
-            write_file(&dir.join("cgroup.kill"), "1").map_err(|e| format!("cgroup.kill: {e}"))?;
+            self.kill_v2(dir)?;
             let deadline = Instant::now() + EMPTY_TIMEOUT;
             loop {
                 let events = fs::read_to_string(dir.join("cgroup.events"))
@@ -432,7 +471,7 @@ impl CallCgroup {
             }
         }
         for dir in self.pids.iter().chain(self.memory.iter()) {
-            kill_v1(dir, Instant::now() + EMPTY_TIMEOUT)?;
+            self.count_killed(kill_v1(dir, Instant::now() + EMPTY_TIMEOUT)?);
         }
         Ok(())
     }
@@ -543,19 +582,23 @@ fn listed(dir: &Path) -> Result<Vec<u32>, String> {
 /// forking process is bounded by `pids.max`). Each pid read from the
 /// root-owned `cgroup.procs` is opened as a pidfd and signalled only if it
 /// is still listed after the open, so the pidfd is of a process inside the
-/// cgroup, never of a reused pid outside it.
-fn kill_v1(dir: &Path, deadline: Instant) -> Result<(), String> {
+/// cgroup, never of a reused pid outside it. Returns the pids a SIGKILL
+/// was delivered to.
+fn kill_v1(dir: &Path, deadline: Instant) -> Result<HashSet<u32>, String> {
+    let mut killed = HashSet::new();
     loop {
         let pids = listed(dir)?;
         if pids.is_empty() {
-            return Ok(());
+            return Ok(killed);
         }
         for pid in pids {
             let Ok(pidfd) = crate::sys::pidfd_open(pid) else {
                 continue; // already gone
             };
-            if listed(dir)?.contains(&pid) {
-                let _ = crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            if listed(dir)?.contains(&pid)
+                && crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL).is_ok()
+            {
+                killed.insert(pid);
             }
         }
         if Instant::now() > deadline {

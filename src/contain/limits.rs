@@ -47,8 +47,17 @@ pub struct AppliedLimits {
     /// it (`pids.peak`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_peak: Option<u64>,
+    /// How many processes the call's cgroups still held after its launcher
+    /// had exited, and were killed there when the call ended (by
+    /// `cgroup.kill` on v2, one pidfd each on v1): what left the call's
+    /// process group and, in the private view, outlived its PID namespace
+    /// for a moment. Counted when the kill happened, never assumed.
+    #[serde(default)]
+    pub killed_at_end: u64,
     /// The fallback used when there is no cgroup v2 (the v1 cgroups killed
-    /// through pidfds, or the per-user sweep), said so it is never assumed.
+    /// through pidfds, or the per-user sweep), said so it is never assumed:
+    /// the mechanism, set when the call's cgroups are made; what it killed
+    /// is [`AppliedLimits::killed_at_end`].
     pub note: Option<String>,
     /// What the call saw: `private` (its own namespaces, the store hidden,
     /// its output masked) or `shared` (the host's).
@@ -75,4 +84,8 @@ pub struct Counters {
     pub memory_peak: Option<u64>,
     /// The most processes the call's cgroup held, where the kernel keeps it.
     pub pids_peak: Option<u64>,
+    /// Processes the call's cgroups still held after its launcher exited,
+    /// killed there (`cgroup.kill` on v2, a pidfd each on v1), each counted
+    /// once.
+    pub killed_at_end: u64,
 }

@@ -218,6 +218,7 @@ pub(crate) async fn launch_as(
     applied.oom_kills = done.counters.oom_kills;
     applied.memory_peak = done.counters.memory_peak;
     applied.pids_peak = done.counters.pids_peak;
+    applied.killed_at_end = done.counters.killed_at_end;
     applied.cleanup_error = done.cgroup_error.clone();
     Ok((done, applied))
 }
