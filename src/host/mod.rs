@@ -45,7 +45,14 @@ impl Need {
     /// The capabilities it takes.
     pub fn capabilities(self) -> &'static [Capability] {
         match self {
-            Need::Drop => &[Capability::Setuid, Capability::Setgid, Capability::Kill],
+            Need::Drop => &[
+                Capability::Setuid,
+                Capability::Setgid,
+                Capability::Setpcap,
+                Capability::Kill,
+                Capability::DacOverride,
+                Capability::Fowner,
+            ],
             Need::PrivateView => &[Capability::SysAdmin],
             Need::OwnNetwork => &[Capability::SysAdmin, Capability::NetAdmin],
             Need::MemoryScan => &[Capability::SysPtrace],
@@ -55,7 +62,10 @@ impl Need {
     /// What needs them, for the operator.
     pub fn what(self) -> &'static str {
         match self {
-            Need::Drop => "dropping to a user (setresuid, setgroups, signalling the launcher)",
+            Need::Drop => {
+                "dropping to a user (setresuid, setgroups, emptying the launcher's bounding set, \
+                 signalling the launcher, checking the user's key store and home)"
+            }
             Need::PrivateView => {
                 "the private view (new PID, mount and IPC namespaces, the key store's cover mount)"
             }

@@ -55,6 +55,16 @@ fn probe(user: &TargetUser, tried: &str, got: String, pass: bool, control: bool)
     Probe::of(user, tried, Expect::Holds, got, verdict)
 }
 
+/// Why a probe's call gave no evidence, when it did not run at all (the
+/// launch's error code, e.g. `private_view_not_granted` in a container
+/// without `CAP_SYS_ADMIN`): empty when it ran.
+fn not_run(out: &Outcome) -> String {
+    out.launch_error
+        .as_ref()
+        .map(|e| format!(" (the call did not run: {})", e.code))
+        .unwrap_or_default()
+}
+
 /// Processes (any user's) whose command line is exactly `sleep <arg>`.
 fn alive_with(arg: &str) -> usize {
     let want = format!("sleep\0{arg}\0");
@@ -98,17 +108,19 @@ pub async fn containment_probes(
         user,
         "a tool sees no key store and only its own call's processes",
         format!(
-            "in a call ({} view): {} store entries, cat identity exit {}, {} processes; \
-             the user's own view: {}",
+            "in a call ({} view): {} store entries, cat identity exit {}, {} processes{}; \
+             the user's own view: {}{}",
             base.view,
             fields.first().unwrap_or(&"?"),
             fields.get(1).unwrap_or(&"?"),
             fields.get(2).unwrap_or(&"?"),
+            not_run(&call),
             if control {
                 "identity readable"
             } else {
                 "identity not readable (no control)"
             },
+            not_run(&host),
         ),
         hidden
             && control
@@ -139,7 +151,10 @@ pub async fn containment_probes(
     out.push(probe(
         user,
         "no process outlives its call (setsid, a double fork, nohup)",
-        format!("{seen_inside} of 3 escapes alive inside the call, {left} after it"),
+        format!(
+            "{seen_inside} of 3 escapes alive inside the call, {left} after it{}",
+            not_run(&done)
+        ),
         seen_inside == 3 && left == 0,
         seen_inside == 3,
     ));
@@ -161,7 +176,7 @@ pub async fn containment_probes(
     out.push(probe(
         user,
         "a fork past the call's process limit fails with EAGAIN",
-        format!("{said}; pids.max refused {hits} fork(s)"),
+        format!("{said}; pids.max refused {hits} fork(s){}", not_run(&done)),
         limited,
         said.starts_with("failed after") || said.starts_with("no limit after"),
     ));
@@ -186,11 +201,12 @@ pub async fn containment_probes(
         user,
         "an allocation past the call's memory limit is stopped inside it",
         format!(
-            "grew {grew} x 8 MiB of 64 under a {} MiB limit ({by}); exit {:?}, signal {:?}, oom kills {}",
+            "grew {grew} x 8 MiB of 64 under a {} MiB limit ({by}); exit {:?}, signal {:?}, oom kills {}{}",
             HOG_LIMIT >> 20,
             done.exit_code,
             done.signal,
-            limits.oom_kills
+            limits.oom_kills,
+            not_run(&done)
         ),
         grew > 0 && grew < 64 && (killed || refused),
         grew > 0,
