@@ -361,6 +361,32 @@ mod tests {
     }
 
     #[test]
+    fn a_drop_without_setpcap_dac_override_or_fowner_is_refused_naming_them() {
+        // The shipped profile (docs/containers.md): --cap-drop ALL and nine.
+        let shipped = 0x2011eb;
+        assert_eq!(
+            with(shipped, shipped, Some("docker")).lacking(Need::Drop),
+            None
+        );
+        // The launcher empties its bounding set (PR_CAPBSET_DROP), the
+        // worker checks the user's 0700 store, the launcher sets the home
+        // view's modes: without them a launch failed half-way (drop_failed,
+        // store_insecure, home_view_refused).
+        for (bit, cap) in [
+            (8, Capability::Setpcap),
+            (1, Capability::DacOverride),
+            (3, Capability::Fowner),
+        ] {
+            let h = with(shipped & !(1 << bit), shipped, Some("docker"));
+            let refused = h.lacking(Need::Drop).expect("refused");
+            assert_eq!(refused.missing, [cap]);
+            assert!(refused
+                .to_string()
+                .contains(&format!("--cap-add {}", cap.runtime_name())));
+        }
+    }
+
+    #[test]
     fn the_lines_name_every_need() {
         let docker = with(0xa80425fb, 0xa80425fb, Some("docker"));
         let lines = docker.lines();
