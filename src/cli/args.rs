@@ -43,6 +43,10 @@ pub const DOCS: &[(&str, &str)] = &[
         "what each guarantee rests on, and what it does not do",
     ),
     ("docs/testing.md", "what the tests prove"),
+    (
+        "docs/containers.md",
+        "the worker in Docker, Podman and Kubernetes: the profile",
+    ),
     ("ARCHITECTURE.md", "where the code lives"),
 ];
 

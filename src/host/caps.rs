@@ -10,12 +10,21 @@ use std::fmt;
 /// A capability the project needs somewhere, by its kernel number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
+    /// `CAP_DAC_OVERRIDE` (1): the worker checks a user's `~/.tono` (a
+    /// `0700` folder of the user's) before a launch.
+    DacOverride = 1,
+    /// `CAP_FOWNER` (3): the launcher sets the modes of the home view's
+    /// folders it makes for the user.
+    Fowner = 3,
     /// `CAP_KILL` (5): the worker signals launchers that run as a user.
     Kill = 5,
     /// `CAP_SETGID` (6): `setgroups`, `setresgid`.
     Setgid = 6,
     /// `CAP_SETUID` (7): `setresuid`.
     Setuid = 7,
+    /// `CAP_SETPCAP` (8): the launcher empties its bounding set
+    /// (`PR_CAPBSET_DROP`) before it drops to the user.
+    Setpcap = 8,
     /// `CAP_NET_ADMIN` (12): bringing a call's own `lo` up.
     NetAdmin = 12,
     /// `CAP_SYS_PTRACE` (19): reading a non-dumpable process's memory.
@@ -26,10 +35,13 @@ pub enum Capability {
 
 impl Capability {
     /// Every capability the project names, in kernel order.
-    pub const ALL: [Capability; 6] = [
+    pub const ALL: [Capability; 9] = [
+        Capability::DacOverride,
+        Capability::Fowner,
         Capability::Kill,
         Capability::Setgid,
         Capability::Setuid,
+        Capability::Setpcap,
         Capability::NetAdmin,
         Capability::SysPtrace,
         Capability::SysAdmin,
@@ -38,9 +50,12 @@ impl Capability {
     /// The kernel's name, as `capabilities(7)` spells it.
     pub fn name(self) -> &'static str {
         match self {
+            Capability::DacOverride => "CAP_DAC_OVERRIDE",
+            Capability::Fowner => "CAP_FOWNER",
             Capability::Kill => "CAP_KILL",
             Capability::Setgid => "CAP_SETGID",
             Capability::Setuid => "CAP_SETUID",
+            Capability::Setpcap => "CAP_SETPCAP",
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::SysPtrace => "CAP_SYS_PTRACE",
             Capability::SysAdmin => "CAP_SYS_ADMIN",

@@ -45,7 +45,14 @@ impl Need {
     /// The capabilities it takes.
     pub fn capabilities(self) -> &'static [Capability] {
         match self {
-            Need::Drop => &[Capability::Setuid, Capability::Setgid, Capability::Kill],
+            Need::Drop => &[
+                Capability::Setuid,
+                Capability::Setgid,
+                Capability::Setpcap,
+                Capability::Kill,
+                Capability::DacOverride,
+                Capability::Fowner,
+            ],
             Need::PrivateView => &[Capability::SysAdmin],
             Need::OwnNetwork => &[Capability::SysAdmin, Capability::NetAdmin],
             Need::MemoryScan => &[Capability::SysPtrace],
@@ -55,7 +62,10 @@ impl Need {
     /// What needs them, for the operator.
     pub fn what(self) -> &'static str {
         match self {
-            Need::Drop => "dropping to a user (setresuid, setgroups, signalling the launcher)",
+            Need::Drop => {
+                "dropping to a user (setresuid, setgroups, emptying the launcher's bounding set, \
+                 signalling the launcher, checking the user's key store and home)"
+            }
             Need::PrivateView => {
                 "the private view (new PID, mount and IPC namespaces, the key store's cover mount)"
             }
@@ -348,6 +358,32 @@ mod tests {
         let h = with(full & !(1 << 21), full, None);
         assert!(h.lacking(Need::PrivateView).is_some());
         assert_eq!(h.lacking(Need::MemoryScan), None);
+    }
+
+    #[test]
+    fn a_drop_without_setpcap_dac_override_or_fowner_is_refused_naming_them() {
+        // The shipped profile (docs/containers.md): --cap-drop ALL and nine.
+        let shipped = 0x2011eb;
+        assert_eq!(
+            with(shipped, shipped, Some("docker")).lacking(Need::Drop),
+            None
+        );
+        // The launcher empties its bounding set (PR_CAPBSET_DROP), the
+        // worker checks the user's 0700 store, the launcher sets the home
+        // view's modes: without them a launch failed half-way (drop_failed,
+        // store_insecure, home_view_refused).
+        for (bit, cap) in [
+            (8, Capability::Setpcap),
+            (1, Capability::DacOverride),
+            (3, Capability::Fowner),
+        ] {
+            let h = with(shipped & !(1 << bit), shipped, Some("docker"));
+            let refused = h.lacking(Need::Drop).expect("refused");
+            assert_eq!(refused.missing, [cap]);
+            assert!(refused
+                .to_string()
+                .contains(&format!("--cap-add {}", cap.runtime_name())));
+        }
     }
 
     #[test]

@@ -311,12 +311,22 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     // A keyring of the call's own: the one inherited from the worker (a
     // root login's, a service's) is possessed no longer.
     sys::join_anonymous_session_keyring().map_err(|e| {
-        LaunchError::sys(
+        let mut refused = LaunchError::sys(
             Stage::Drop,
             "keyring_refused",
             "join a new session keyring",
             e,
-        )
+        );
+        // A container runtime's default seccomp profile (Docker's) refuses
+        // every keyring call with EPERM: name the cause and the fix.
+        if e == nix::errno::Errno::EPERM && crate::host::Privileges::read().seccomp_mode == 2 {
+            refused.message.push_str(
+                " (by this process's seccomp filter: a container runtime's default profile, \
+                 as Docker's, refuses the keyring calls; run with \
+                 --security-opt seccomp=packaging/seccomp.json, see docs/containers.md)",
+            );
+        }
+        refused
     })?;
     // Before anything user-chosen runs, and inherited by all of it.
     filter.install()?;

@@ -59,6 +59,16 @@ fn probe(user: &TargetUser, tried: &str, got: String, pass: bool, control: bool)
     Probe::of(user, tried, Expect::Holds, got, verdict)
 }
 
+/// Why a probe's call gave no evidence, when it did not run at all (the
+/// launch's error code, e.g. `private_view_not_granted` in a container
+/// without `CAP_SYS_ADMIN`): empty when it ran.
+fn not_run(out: &Outcome) -> String {
+    out.launch_error
+        .as_ref()
+        .map(|e| format!(" (the call did not run: {})", e.code))
+        .unwrap_or_default()
+}
+
 /// Processes (any user's) whose command line is exactly `sleep <arg>`.
 fn alive_with(arg: &str) -> usize {
     let want = format!("sleep\0{arg}\0");
@@ -89,7 +99,7 @@ pub const FORK_RLIMIT_ONLY: &str =
 /// force that counted none, another limit stopped the loop first and the
 /// probe is inconclusive; with no `pids` cgroup it is its own line, the
 /// rlimit's.
-fn fork_probe(user: &TargetUser, said: &str, limits: AppliedLimits) -> Probe {
+fn fork_probe(user: &TargetUser, said: &str, limits: AppliedLimits, not_run: &str) -> Probe {
     let control = said.starts_with("failed after") || said.starts_with("no limit after");
     let eagain = said.starts_with("failed after") && said.ends_with("errno 11");
     let nproc = limits.rlimit_nproc;
@@ -97,13 +107,15 @@ fn fork_probe(user: &TargetUser, said: &str, limits: AppliedLimits) -> Probe {
         return probe(
             user,
             FORK_RLIMIT_ONLY,
-            format!("{said}; no pids.max applied; RLIMIT_NPROC {nproc}"),
+            format!("{said}; no pids.max applied; RLIMIT_NPROC {nproc}{not_run}"),
             eagain,
             control,
         );
     };
     let hits = limits.pids_max_hits;
-    let got = format!("{said}; pids.max {max} ({by}) refused {hits} fork(s); RLIMIT_NPROC {nproc}");
+    let got = format!(
+        "{said}; pids.max {max} ({by}) refused {hits} fork(s); RLIMIT_NPROC {nproc}{not_run}"
+    );
     if eagain && hits == 0 {
         return Probe::of(
             user,
@@ -157,18 +169,20 @@ pub async fn containment_probes(
         user,
         "a tool sees no key store and only its own call's processes",
         format!(
-            "in a call ({} view): {} store entries, cat identity exit {}, {} processes; \
-             the user's own view: {}, {} processes",
+            "in a call ({} view): {} store entries, cat identity exit {}, {} processes{}; \
+             the user's own view: {}, {} processes{}",
             base.view,
             fields.first().unwrap_or(&"?"),
             fields.get(1).unwrap_or(&"?"),
             fields.get(2).unwrap_or(&"?"),
+            not_run(&call),
             if host_fields.get(1) == Some(&"0") {
                 "identity readable"
             } else {
                 "identity not readable (no control)"
             },
             host_fields.get(2).unwrap_or(&"?"),
+            not_run(&host),
         ),
         hidden && control && fewer,
         control,
@@ -194,7 +208,10 @@ pub async fn containment_probes(
     out.push(probe(
         user,
         "no process outlives its call (setsid, a double fork, nohup)",
-        format!("{seen_inside} of 3 escapes alive inside the call, {left} after it"),
+        format!(
+            "{seen_inside} of 3 escapes alive inside the call, {left} after it{}",
+            not_run(&done)
+        ),
         seen_inside == 3 && left == 0,
         seen_inside == 3,
     ));
@@ -214,6 +231,7 @@ pub async fn containment_probes(
         user,
         done.stdout.trim(),
         done.limits.clone().unwrap_or_default(),
+        &not_run(&done),
     ));
     let hog_options = RunOptions {
         memory_max: HOG_LIMIT,
@@ -235,11 +253,12 @@ pub async fn containment_probes(
         user,
         "an allocation past the call's memory limit is stopped inside it",
         format!(
-            "grew {grew} x 8 MiB of 64 under a {} MiB limit ({by}); exit {:?}, signal {:?}, oom kills {}",
+            "grew {grew} x 8 MiB of 64 under a {} MiB limit ({by}); exit {:?}, signal {:?}, oom kills {}{}",
             HOG_LIMIT >> 20,
             done.exit_code,
             done.signal,
-            limits.oom_kills
+            limits.oom_kills,
+            not_run(&done)
         ),
         grew > 0 && grew < 64 && (killed || refused),
         grew > 0,
@@ -277,25 +296,30 @@ mod tests {
         let eagain = "failed after 61 errno 11";
         // The rlimit stopped the loop first (the Docker case: "pids.max
         // refused 0 fork(s)").
-        let p = fork_probe(&user(), eagain, limits(Some(256), 0));
+        let p = fork_probe(&user(), eagain, limits(Some(256), 0), "");
         assert_eq!(p.tried, FORK_PIDS_MAX);
         assert!(!p.pass && p.inconclusive, "{p:?}");
         assert!(p.got.contains("refused 0 fork(s)"), "{}", p.got);
         assert!(p.got.contains("RLIMIT_NPROC"), "{}", p.got);
         // Counted by pids.events: the call's limit held.
-        let p = fork_probe(&user(), "failed after 255 errno 11", limits(Some(256), 1));
+        let p = fork_probe(
+            &user(),
+            "failed after 255 errno 11",
+            limits(Some(256), 1),
+            "",
+        );
         assert!(p.pass, "{p:?}");
         assert_eq!(p.tried, FORK_PIDS_MAX);
         // No pids cgroup at all: the rlimit's own line, never pids.max's.
-        let p = fork_probe(&user(), eagain, limits(None, 0));
+        let p = fork_probe(&user(), eagain, limits(None, 0), "");
         assert_eq!(p.tried, FORK_RLIMIT_ONLY);
         assert!(p.pass && p.got.contains("no pids.max applied"), "{p:?}");
         // Another errno, or no limit at all, fails; no output is no control.
         for (said, hits) in [("failed after 10 errno 12", 1), ("no limit after 5000", 0)] {
-            let p = fork_probe(&user(), said, limits(Some(256), hits));
+            let p = fork_probe(&user(), said, limits(Some(256), hits), "");
             assert!(!p.pass && !p.inconclusive, "{p:?}");
         }
-        let p = fork_probe(&user(), "", limits(Some(256), 0));
+        let p = fork_probe(&user(), "", limits(Some(256), 0), "");
         assert!(p.inconclusive, "{p:?}");
     }
 }
