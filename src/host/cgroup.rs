@@ -25,12 +25,28 @@ pub struct OwnCgroupV2 {
 }
 
 /// What the cgroup hierarchies offer this process.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cgroups {
     /// The cgroup2 folder, if a cgroup2 mount holds this process.
     pub v2: Option<OwnCgroupV2>,
     /// Controllers of the v1 hierarchies this process is in.
     pub v1_controllers: Vec<String>,
+    /// This process's folder in the v1 `pids` hierarchy, if one is mounted.
+    pub v1_pids: Option<PathBuf>,
+    /// `access(W_OK)` on that folder: `Ok` or the errno it gave (a
+    /// container's cgroup mounts are usually read-only: `EROFS`).
+    pub v1_pids_writable: Result<(), String>,
+}
+
+impl Default for Cgroups {
+    fn default() -> Self {
+        Self {
+            v2: None,
+            v1_controllers: Vec::new(),
+            v1_pids: None,
+            v1_pids_writable: Err("not checked".into()),
+        }
+    }
 }
 
 impl Cgroups {
@@ -46,6 +62,10 @@ impl Cgroups {
                 .map(str::to_string)
                 .collect();
             v2.writable = nix::unistd::access(&v2.dir, nix::unistd::AccessFlags::W_OK)
+                .map_err(|e| format!("{e:?}"));
+        }
+        if let Some(dir) = &found.v1_pids {
+            found.v1_pids_writable = nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
                 .map_err(|e| format!("{e:?}"));
         }
         found
@@ -74,6 +94,7 @@ impl Cgroups {
             }
         }
         out.v1_controllers.sort();
+        out.v1_pids = v1_pids_dir(mountinfo, own_cgroup);
         let Some(path) = v2_path else {
             return out;
         };
@@ -106,9 +127,9 @@ impl Cgroups {
     }
 
     /// Whether a call can get a cgroup of its own with a `pids` limit:
-    /// in the v2 folder (writable, with `pids` and `memory`), or in a v1
-    /// `pids` hierarchy (as on a hybrid host, where the v2 one delegates
-    /// nothing).
+    /// in the v2 folder (writable, with `pids` and `memory`), or in a
+    /// writable v1 `pids` hierarchy (as on a hybrid host, where the v2 one
+    /// delegates nothing).
     pub fn delegated(&self) -> bool {
         let v2 = self.v2.as_ref().is_some_and(|v2| {
             v2.writable.is_ok()
@@ -116,7 +137,7 @@ impl Cgroups {
                     .iter()
                     .all(|c| v2.controllers.iter().any(|have| have == c))
         });
-        v2 || self.v1_controllers.iter().any(|c| c == "pids")
+        v2 || (self.v1_pids.is_some() && self.v1_pids_writable.is_ok())
     }
 }
 
@@ -138,8 +159,37 @@ impl fmt::Display for Cgroups {
         if !self.v1_controllers.is_empty() {
             write!(f, "; v1 [{}]", self.v1_controllers.join(" "))?;
         }
+        if let (Some(dir), Err(e)) = (&self.v1_pids, &self.v1_pids_writable) {
+            write!(f, ", v1 pids {} not writable ({e})", dir.display())?;
+        }
         Ok(())
     }
+}
+
+/// This process's folder in the v1 hierarchy carrying `pids`: the mount
+/// point joined with the path below the mount's root.
+fn v1_pids_dir(mountinfo: &str, own_cgroup: &str) -> Option<PathBuf> {
+    let path = own_cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
+        controllers.split(',').any(|c| c == "pids").then_some(path)
+    })?;
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut r = right.split_whitespace();
+        let (fstype, _source, options) = (r.next()?, r.next()?, r.next().unwrap_or(""));
+        if fstype != "cgroup" || !options.split(',').any(|o| o == "pids") {
+            return None;
+        }
+        let fields: Vec<&str> = left.split_whitespace().collect();
+        let (root, point) = (fields.get(3)?, fields.get(4)?);
+        let below = path
+            .strip_prefix(root.trim_end_matches('/'))
+            .unwrap_or(path);
+        let mut dir = PathBuf::from(point);
+        dir.extend(below.split('/').filter(|s| !s.is_empty()));
+        Some(dir)
+    })
 }
 
 #[cfg(test)]
@@ -174,9 +224,26 @@ mod tests {
             "12:pids:/user.slice\n11:cpu,cpuacct:/\n1:name=systemd:/x\n0::/user.slice\n",
         );
         assert_eq!(c.v1_controllers, ["cpu", "cpuacct", "pids"]);
-        assert!(c.delegated(), "the v1 pids hierarchy holds a call's limit");
-        let no_pids = Cgroups::parse("", "11:cpu,cpuacct:/\n0::/user.slice\n");
-        assert!(!no_pids.delegated());
+        assert_eq!(c.v1_pids, None, "no pids hierarchy is mounted in this text");
+        assert!(!c.delegated(), "nothing read of the folders yet");
+        let mounted = Cgroups::parse(
+            "41 23 0:31 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n",
+            "12:pids:/user.slice\n0::/user.slice\n",
+        );
+        assert_eq!(
+            mounted.v1_pids,
+            Some(PathBuf::from("/sys/fs/cgroup/pids/user.slice"))
+        );
+        // Writable only when access(W_OK) said so.
+        let mut writable = mounted.clone();
+        writable.v1_pids_writable = Ok(());
+        assert!(writable.delegated());
+        let mut read_only = mounted;
+        read_only.v1_pids_writable = Err("EROFS".into());
+        assert!(!read_only.delegated());
+        assert!(read_only
+            .to_string()
+            .contains("v1 pids /sys/fs/cgroup/pids/user.slice not writable (EROFS)"));
         assert_eq!(
             c.v2.as_ref().unwrap().dir,
             PathBuf::from("/sys/fs/cgroup/unified/user.slice")
