@@ -458,14 +458,20 @@ impl AuditLog {
     /// Fails once a write has failed, or the log ran out of room: no call
     /// should begin that cannot get its receipt.
     pub fn check(&self) -> Result<(), AuditError> {
+        self.writable_state().map(drop)
+    }
+
+    /// The writer's state, unless a write has failed or the log ran out of
+    /// room (what a new record needs).
+    fn writable_state(&self) -> Result<std::sync::MutexGuard<'_, State>, AuditError> {
         let state = self.state()?;
         if let Some(why) = &state.broken {
             return Err(AuditError::Broken(why.clone()));
         }
-        match &state.full {
-            Some(why) => Err(AuditError::Full(why.clone())),
-            None => Ok(()),
+        if let Some(why) = &state.full {
+            return Err(AuditError::Full(why.clone()));
         }
+        Ok(state)
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, AuditError> {
@@ -481,13 +487,7 @@ impl AuditLog {
     /// `audit_unavailable`, `launch_error` `audit_full`) in the reserve
     /// and no later call begins.
     pub fn begin(&self, mut record: AuditRecord) -> Result<Begun, AuditError> {
-        let mut state = self.state()?;
-        if let Some(why) = &state.broken {
-            return Err(AuditError::Broken(why.clone()));
-        }
-        if let Some(why) = &state.full {
-            return Err(AuditError::Full(why.clone()));
-        }
+        let mut state = self.writable_state()?;
         let _lock = self.dir.lock()?;
         record.phase = Phase::Begin;
         record.begin_seq = None;
@@ -550,13 +550,7 @@ impl AuditLog {
     /// When no room can be held for it, it is written into the failure
     /// reserve (it happened) and no later call begins.
     pub fn append(&self, mut record: AuditRecord) -> Result<u64, AuditError> {
-        let mut state = self.state()?;
-        if let Some(why) = &state.broken {
-            return Err(AuditError::Broken(why.clone()));
-        }
-        if let Some(why) = &state.full {
-            return Err(AuditError::Full(why.clone()));
-        }
+        let mut state = self.writable_state()?;
         let _lock = self.dir.lock()?;
         record.phase = Phase::Whole;
         record.begin_seq = None;

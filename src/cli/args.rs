@@ -194,6 +194,25 @@ impl ScopeArgs {
     pub fn network(&self) -> Option<crate::env::Network> {
         self.network.map(Into::into)
     }
+
+    /// The options of calls in this scope, with their environment config
+    /// and audit log; everything else as [`crate::drop::RunOptions`]'s
+    /// default.
+    pub fn options(
+        &self,
+        env: crate::env::RunEnv,
+        audit: Option<std::sync::Arc<crate::audit::AuditLog>>,
+    ) -> crate::drop::RunOptions {
+        crate::drop::RunOptions {
+            env,
+            audit,
+            allotted: self.range(),
+            view: self.view.into(),
+            network: self.network(),
+            home: self.home.map(Into::into),
+            ..crate::drop::RunOptions::default()
+        }
+    }
 }
 
 /// Where a worker writes its receipts (on by default).

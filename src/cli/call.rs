@@ -52,13 +52,7 @@ pub(super) async fn command(command: Command, launcher: &Launcher) -> Result<i32
                 // program could read keys from and write to unmasked.
                 input: Input::Relay,
                 output: Output::Relay,
-                env: env.load()?,
-                audit: audit.open()?,
-                allotted: scope.range(),
-                view: scope.view.into(),
-                network: scope.network(),
-                home: scope.home.map(Into::into),
-                ..RunOptions::default()
+                ..scope.options(env.load()?, audit.open()?)
             };
             let outcome = run_call(launcher, &user, &grants, &call, options).await;
             run_exit_code(&outcome)

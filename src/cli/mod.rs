@@ -179,15 +179,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
             audit,
             scope,
         } => {
-            let options = RunOptions {
-                env: env.load()?,
-                audit: audit.open()?,
-                allotted: scope.range(),
-                view: scope.view.into(),
-                network: scope.network(),
-                home: scope.home.map(Into::into),
-                ..RunOptions::default()
-            };
+            let options = scope.options(env.load()?, audit.open()?);
             refuse_unless_granted(&options)?;
             serve::serve_stdio(launcher, concurrency.max(1), options).await
         }
@@ -205,15 +197,7 @@ async fn dispatch(command: Command, launcher: &Launcher) -> Result<i32, CliError
                     return Err(CliError::usage("--cwd must be an absolute path"));
                 }
             }
-            let options = RunOptions {
-                env: env.load()?,
-                audit: audit.open()?,
-                allotted: scope.range(),
-                view: scope.view.into(),
-                network: scope.network(),
-                home: scope.home.map(Into::into),
-                ..RunOptions::default()
-            };
+            let options = scope.options(env.load()?, audit.open()?);
             refuse_unless_granted(&options)?;
             let server = crate::mcp::McpServer::new(
                 launcher.clone(),
