@@ -15,7 +15,7 @@
 //! The rooms, bottom layer first (`ARCHITECTURE.md` is the map, and
 //! `tests/architecture.rs` checks that every import points down): [`sys`]
 //! (all `unsafe`); [`user`], [`fs`], [`host`] (what the host grants);
-//! [`keys`], [`classify`], [`env`](mod@env); [`broker`] (the call's
+//! [`keys`], [`classify`], [`env`](mod@env), [`mask`]; [`broker`] (the call's
 //! credential broker, being built); [`launch`] (the launcher program's side), [`contain`], `stay` (the
 //! in-worker read tool); [`drop`](mod@drop) (the worker's side of a call);
 //! [`turn`]; [`verify`]; [`mcp`], [`demo`]; [`cli`].
@@ -33,6 +33,7 @@ pub mod fs;
 pub mod host;
 pub mod keys;
 pub mod launch;
+pub mod mask;
 pub mod mcp;
 #[cfg(feature = "read-tool")]
 pub mod stay;

@@ -24,7 +24,7 @@ use syn::visit::Visit;
 const LAYERS: &[&[&str]] = &[
     &["sys"],
     &["user", "fs", "host"],
-    &["keys", "classify", "env"],
+    &["keys", "classify", "env", "mask"],
     &["broker"],
     &["launch", "contain", "stay", "audit"],
     &["drop"],

@@ -18,7 +18,6 @@ pub mod builtin;
 pub mod credentials;
 pub mod drop_held;
 pub mod home;
-pub mod mask;
 pub mod network;
 pub mod plan;
 pub mod relay;

@@ -1,6 +1,6 @@
 //! The launcher as the call's init and relay: after its drop, inside the
 //! call's PID namespace, it starts the program on pipes of its own, masks
-//! the program's stdout and stderr ([`super::mask`]) on the way to the
+//! the program's stdout and stderr ([`crate::mask`]) on the way to the
 //! worker, reaps every process of the call, and reports how the program
 //! ended and how many masks it made.
 //!
@@ -29,8 +29,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use super::mask::{MaskStream, Masker};
 use super::report::{Ended, LaunchError, Stage, EXEC_MARK};
+use crate::mask::{MaskStream, Masker};
 use crate::sys;
 
 fn relay_error(what: &str, e: Errno) -> LaunchError {

@@ -46,13 +46,13 @@ use zeroize::{Zeroize, Zeroizing};
 use super::builtin;
 use super::credentials::{self, CREDENTIALS_DIR, CREDENTIALS_VARIABLE};
 use super::drop_held::check_drop_held;
-use super::mask::{MaskError, Masker};
 use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
 use super::relay;
 use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
 use super::syscall_filter::SyscallFilter;
 use super::view;
 use crate::keys::{KeyStore, SecretName};
+use crate::mask::{MaskError, Masker};
 use crate::sys;
 use crate::user::{TargetUser, UserSpec};
 

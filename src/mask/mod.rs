@@ -1,6 +1,8 @@
 //! Masking a call's secrets in its output, as a stream, inside the process
 //! that already runs as the user and already holds the values (the
-//! launcher's relay), so the worker never receives a plaintext.
+//! launcher's relay), so the worker never receives a plaintext. Below the
+//! launcher's room and the broker's, so that the broker can scrub the
+//! answers of bound hosts with the same forms.
 //!
 //! Guarantees: every value is matched in its raw bytes and its common
 //! encodings — base64 (standard and URL-safe, padded or not, at each of the
