@@ -5,7 +5,9 @@
 //! What is here so far: the placeholder a bound secret becomes
 //! ([`placeholder`]), the call's own CA with its leaves ([`ca`]), and the
 //! substitution of a value for its placeholder in a request for a bound
-//! host, refusing one for any other ([`substitute`]). The operator's bindings are read by
+//! host, refusing one for any other ([`substitute`]), the value and its
+//! encodings taken back out of an answer ([`scrub`]), both as same-length
+//! replacement in a stream split anywhere ([`stream`]). The operator's bindings are read by
 //! [`crate::env::binding`]. Nothing yet binds a secret in a call: until the
 //! broker that substitutes and scrubs runs in the call, a secret reaches a
 //! tool as its value, as it did before, and no config may bind one.
@@ -13,4 +15,6 @@
 
 pub mod ca;
 pub mod placeholder;
+pub mod scrub;
+pub mod stream;
 pub mod substitute;

@@ -18,6 +18,7 @@
 use base64::Engine;
 use zeroize::Zeroizing;
 
+use super::stream::{find, replace_all, Pair, Replacer};
 use crate::env::Binding;
 
 /// One bound secret of a call, as the broker holds it.
@@ -76,26 +77,6 @@ pub enum Refusal {
         /// The host the request was for.
         host: String,
     },
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
-        return None;
-    }
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Replaces every `from` with `to` (the same length) in `buf`; how many.
-fn replace_all(buf: &mut [u8], from: &[u8], to: &[u8]) -> usize {
-    debug_assert_eq!(from.len(), to.len());
-    let mut n = 0;
-    let mut at = 0;
-    while let Some(i) = find(&buf[at..], from) {
-        buf[at + i..at + i + from.len()].copy_from_slice(to);
-        at += i + from.len();
-        n += 1;
-    }
-    n
 }
 
 /// A `Basic` credential in a header line's value, decoded, or `None`.
@@ -184,68 +165,48 @@ pub fn rewrite_head(
     Ok((out, done))
 }
 
-/// One form of a placeholder, its value in the same form, and whose.
-type BodyForm<'a> = (Vec<u8>, Zeroizing<Vec<u8>>, &'a str);
-
-/// Rewrites a body as it streams, for secrets whose binding says `body`
-/// and allows the host: a placeholder split across two pieces is still
-/// found, since the last `longest - 1` bytes of a piece wait for the next.
-pub struct BodyRewriter<'a> {
-    forms: Vec<BodyForm<'a>>,
-    held: Zeroizing<Vec<u8>>,
-    keep: usize,
+/// Rewrites a body as it streams ([`Replacer`]), for secrets whose
+/// binding says `body` and allows the host.
+pub struct BodyRewriter {
+    stream: Replacer,
     /// Secrets put in so far (names, once each).
     pub substituted: Vec<String>,
 }
 
-impl<'a> BodyRewriter<'a> {
+impl BodyRewriter {
     /// For a request to `host`: the placeholders of `secrets` its binding
     /// lets into a body there. Placeholders of other secrets are left as
     /// they are (the host gets only a placeholder).
-    pub fn new(host: &str, secrets: &'a [BoundSecret]) -> Self {
-        let forms: Vec<_> = secrets
+    pub fn new(host: &str, secrets: &[BoundSecret]) -> Self {
+        let pairs = secrets
             .iter()
             .filter(|s| s.binding.body && s.binding.hosts.allows(host))
             .flat_map(|s| {
-                s.forms()
-                    .into_iter()
-                    .map(move |(p, v)| (p, v, s.name.as_str()))
+                s.forms().into_iter().map(move |(p, v)| Pair {
+                    from: Zeroizing::new(p),
+                    to: v,
+                    name: s.name.clone(),
+                })
             })
             .collect();
-        let keep = forms.iter().map(|(p, _, _)| p.len()).max().unwrap_or(1) - 1;
         Self {
-            forms,
-            held: Zeroizing::new(Vec::new()),
-            keep,
+            stream: Replacer::new(pairs),
             substituted: Vec::new(),
         }
     }
 
     /// Takes the next piece; returns what may be sent now.
     pub fn push(&mut self, piece: &[u8]) -> Zeroizing<Vec<u8>> {
-        self.held.extend_from_slice(piece);
-        self.replace();
-        let cut = self.held.len().saturating_sub(self.keep);
-        let rest = Zeroizing::new(self.held[cut..].to_vec());
-        let ready = Zeroizing::new(self.held[..cut].to_vec());
-        *self.held = rest.to_vec();
-        ready
+        let out = self.stream.push(piece);
+        self.substituted.clone_from(&self.stream.replaced);
+        out
     }
 
     /// The end of the body: what is still held.
     pub fn finish(&mut self) -> Zeroizing<Vec<u8>> {
-        self.replace();
-        Zeroizing::new(std::mem::take(&mut *self.held))
-    }
-
-    fn replace(&mut self) {
-        for (placeholder, value, name) in &self.forms {
-            if replace_all(&mut self.held, placeholder, value) > 0
-                && !self.substituted.iter().any(|n| n == name)
-            {
-                self.substituted.push(name.to_string());
-            }
-        }
+        let out = self.stream.finish();
+        self.substituted.clone_from(&self.stream.replaced);
+        out
     }
 }
 
