@@ -214,7 +214,12 @@ fn noroot_with(caps: &[&str]) -> Vec<String> {
     if !caps.is_empty() {
         let set: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
         let set = set.join(",");
-        args.extend(["--inh-caps".into(), set.clone(), "--ambient-caps".into(), set]);
+        args.extend([
+            "--inh-caps".into(),
+            set.clone(),
+            "--ambient-caps".into(),
+            set,
+        ]);
     }
     args
 }
