@@ -38,7 +38,10 @@
 //!   that restarts, continue one valid chain;
 //! - a file over [`AuditConfig::max_bytes`] is renamed to `NAME.NNNNNN`
 //!   and a new one started whose first record chains to the last of the
-//!   old; a torn last line left by a killed worker is kept as it is, in a
+//!   old — only once the new file's room is held (made as `NAME.next`
+//!   while the old file's reserve still holds the ends in flight; when it
+//!   cannot be, the log is not rotated, the begin is refused and those
+//!   ends land in the old file); a torn last line left by a killed worker is kept as it is, in a
 //!   rotated file, and the chain goes on from the last whole record.
 #![forbid(unsafe_code)]
 
@@ -60,10 +63,10 @@ pub const DEFAULT_PATH: &str = "/var/log/tono/audit.jsonl";
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// The longest record line read back when a log is reopened.
 const MAX_LINE: u64 = 1024 * 1024;
-/// The longest record line written (well within [`MAX_LINE`], so every
+/// The longest record line written (well within the 1 MiB read back, so every
 /// record can be read back and chained to): a begin record whose end could
 /// be longer is refused ([`AuditError::TooLarge`]), and a whole record
-/// longer is written without its names ([`fit`]).
+/// longer is written without its names.
 pub const MAX_RECORD: u64 = 256 * 1024;
 /// Bytes held past the end of the file for the record of the failure
 /// itself (the refused call's, or a whole record of something done).
@@ -676,26 +679,47 @@ impl AuditLog {
         line.push(b'\n');
         let held = state.pending_ends + FAILURE_RESERVE;
         if let Room::Grow { extra } = room {
+            let want = line.len() as u64 + extra + held;
+            let no_room = |source| {
+                WriteError::NoRoom(AuditError::NoRoom {
+                    path: path.clone(),
+                    source,
+                })
+            };
             if active.size > 0 && active.size + line.len() as u64 > self.config.max_bytes {
                 active.file.sync_data().map_err(|e| io_err("fsync", e))?;
-                // The old file's reserve is given back before the new
-                // file's is taken.
+                // The next file is made and its room held under another
+                // name first, while the old file's reserve still holds the
+                // ends of the calls in flight: when it cannot be held, the
+                // log is not rotated and those ends (and the record of the
+                // failure) still land in the old file's reserve.
+                let next = Component::parse(&format!("{}.next", self.name.as_str()))
+                    .map_err(AuditError::from)?;
+                let fresh = self.dir.open_append(&next, 0o600)?;
+                let fresh_size = fresh.metadata().map_err(|e| io_err("stat", e))?.len();
+                if fresh_size != 0 {
+                    return Err(WriteError::Other(AuditError::Unchainable {
+                        path: self.dir.entry_path(&next),
+                        detail: format!("the next file holds {fresh_size} bytes already"),
+                    }));
+                }
+                if let Err(e) = reserve(&fresh, 0, want) {
+                    // What a failed fallocate held is given back.
+                    let _ = fresh.set_len(0);
+                    return Err(no_room(e));
+                }
+                drop(fresh);
                 active
                     .file
                     .set_len(active.size)
                     .map_err(|e| io_err("trim the reserve", e))?;
                 Self::rotate(&self.dir, &self.name)?;
+                self.dir.rename_noreplace(&next, &self.name)?;
                 let last = active.last.take();
                 *active = Self::open_active(&self.dir, &self.name, path)?;
                 active.last = last;
             }
-            let want = line.len() as u64 + extra + held;
-            reserve(&active.file, active.size, want).map_err(|source| {
-                WriteError::NoRoom(AuditError::NoRoom {
-                    path: path.clone(),
-                    source,
-                })
-            })?;
+            reserve(&active.file, active.size, want).map_err(no_room)?;
         }
         // One write of the whole line: O_APPEND places it at the end.
         let before = active.size;
