@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+use tono_seal::audit::log::DEFAULT_MAX_BYTES;
 use tono_seal::audit::{AuditConfig, AuditLog, AuditRecord, Phase, RecordKind};
 
 use common::{stdout, tono, AuditDir, TestUser};
@@ -325,4 +326,95 @@ fn whole_lines(path: &Path) -> Vec<AuditRecord> {
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).expect("every line a record"))
         .collect()
+}
+
+/// Fills the file system under `at` (a file `name` there, grown until
+/// `ENOSPC`): another writer on the log's disk taking what is free.
+fn fill(at: &Path, name: &str) -> u64 {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(at.join(name))
+        .unwrap();
+    let mut took = 0u64;
+    loop {
+        match f.write(&[0u8; 512]) {
+            Ok(n) => took += n as u64,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return took;
+            }
+        }
+        assert!(took < 1 << 30, "never filled");
+    }
+}
+
+#[test]
+fn a_rotation_on_a_full_disk_still_holds_the_ends_of_the_calls_in_flight() {
+    need_root!();
+    let dir = AuditDir::new("full-disk-rotation");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let call = |i: u64| {
+        let mut r = AuditRecord::new(RecordKind::Call);
+        (r.user, r.uid, r.tool) = (Some("someone".into()), Some(61000), Some("shell".into()));
+        r.secrets_requested = vec![format!("secret_{i}")];
+        r.secrets_granted = r.secrets_requested.clone();
+        r
+    };
+    // `rotate`: the refused begin goes past max_bytes (a new file); without,
+    // the positive control: the same calls in one file.
+    for rotate in [false, true] {
+        let fs = Tmpfs::mount(&dir.0.join(format!("rotate-{rotate}")), 64);
+        let path = fs.0.join("audit.jsonl");
+        let mut config = AuditConfig::at(&path);
+        if rotate {
+            config.max_bytes = 6000;
+        }
+        let log = AuditLog::open(config).unwrap();
+        let mut begun: Vec<_> = (0..8).map(|i| log.begin(call(i)).unwrap()).collect();
+        // The disk fills (another writer); calls begin until one is refused.
+        fill(&fs.0, "filler-1");
+        let (size, refusal) = loop {
+            let size = std::fs::metadata(&path).unwrap().len();
+            match log.begin(call(begun.len() as u64)) {
+                Ok(b) => begun.push(b),
+                Err(e) => break (size, e),
+            }
+            assert!(begun.len() < 100, "never refused");
+        };
+        assert_eq!(refusal.code(), "audit_full", "{refusal}");
+        let n = begun.len();
+        // What the refused begin gave back is taken too.
+        fill(&fs.0, "filler-2");
+        // A begin line is over 500 bytes: the refused one was due to
+        // rotate the log (before, it did, and gave back the old file's
+        // reserve first).
+        let max = if rotate { 6000 } else { DEFAULT_MAX_BYTES };
+        assert_eq!(size + 500 > max, rotate, "{size} bytes at the refusal");
+        let rotated = fs.0.join("audit.jsonl.000001").exists();
+        let mut lost = Vec::new();
+        for (i, b) in begun.into_iter().enumerate() {
+            let mut end = call(i as u64);
+            end.exit_code = Some(0);
+            if let Err(e) = log.end(b, end) {
+                lost.push(format!("end {i}: {e}"));
+            }
+        }
+        eprintln!(
+            "rotation due {rotate} (rotated {rotated}): {} of {n} ends lost",
+            lost.len()
+        );
+        assert!(
+            lost.is_empty(),
+            "rotation due {rotate}: ends of calls in flight lost: {lost:#?}"
+        );
+        drop(log);
+        let checked = tono(&["audit", "verify", path.to_str().unwrap()], b"");
+        let said = stdout(&checked);
+        assert!(checked.status.success(), "{said}");
+        assert!(said.contains(&format!("{n} ended, 0 open")), "{said}");
+        drop(fs);
+    }
 }

@@ -19,13 +19,19 @@ use common::{marker_path, stderr, stdout, tono_bin, TestUser, CLI_STARTS};
 /// bounding set (so the launcher it starts as root lacks them), `stdin`
 /// written to it.
 fn tono_without(caps: &[&str], args: &[&str], stdin: &[u8]) -> Output {
-    let _starting = CLI_STARTS.read().unwrap_or_else(|p| p.into_inner());
-    let mut cmd = Command::new("setpriv");
+    let mut setpriv = Vec::new();
     if !caps.is_empty() {
         let set: Vec<String> = caps.iter().map(|c| format!("-{c}")).collect();
-        cmd.arg("--bounding-set").arg(set.join(","));
+        setpriv = vec!["--bounding-set".to_string(), set.join(",")];
     }
-    let mut child = cmd
+    tono_setpriv(&setpriv, args, stdin)
+}
+
+/// `tono-seal ARGS` started by `setpriv SETPRIV`, `stdin` written to it.
+fn tono_setpriv(setpriv: &[String], args: &[&str], stdin: &[u8]) -> Output {
+    let _starting = CLI_STARTS.read().unwrap_or_else(|p| p.into_inner());
+    let mut child = Command::new("setpriv")
+        .args(setpriv)
         .arg("--")
         .arg(tono_bin())
         .args(args)
@@ -195,4 +201,64 @@ fn the_demo_refuses_without_the_private_view_and_skips_its_scan_loudly_without_p
     // The users it made are gone.
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
     assert!(!passwd.contains("tonodemo"), "demo users left behind");
+}
+
+/// `setpriv` arguments for a root worker whose bounding set is full but
+/// whose effective set is only `caps` (ambient, under `SECBIT_NOROOT`: an
+/// exec as root no longer fills it from the bounding set).
+fn noroot_with(caps: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--securebits".to_string(),
+        "+noroot,+noroot_locked".to_string(),
+    ];
+    if !caps.is_empty() {
+        let set: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+        let set = set.join(",");
+        args.extend([
+            "--inh-caps".into(),
+            set.clone(),
+            "--ambient-caps".into(),
+            set,
+        ]);
+    }
+    args
+}
+
+#[test]
+fn a_worker_whose_effective_set_lacks_what_its_bounding_set_has_is_refused_naming_it() {
+    need_root!();
+    let u = TestUser::bare();
+    let marker = fresh_marker("effective");
+    let touch = |setpriv: &[String], mode: &[&str]| {
+        let mut args = vec!["run", "--user", u.name()];
+        args.extend_from_slice(mode);
+        args.extend_from_slice(&["--", "/usr/bin/touch", &marker]);
+        tono_setpriv(setpriv, &args, b"")
+    };
+    // The drop's capabilities and CAP_SYS_ADMIN in effect, CAP_NET_ADMIN
+    // only in the bounding set: the worker's own clone(CLONE_NEWNET) and the
+    // launcher's lo cannot be made (before: exit 1, "bring lo up:
+    // Operation not permitted").
+    let drop_and_view = [
+        "setuid",
+        "setgid",
+        "setpcap",
+        "kill",
+        "dac_override",
+        "fowner",
+        "sys_admin",
+    ];
+    let o = touch(&noroot_with(&drop_and_view), &["--network", "none"]);
+    assert_refused(&o, &marker, "CAP_NET_ADMIN");
+    // Nothing in effect, the bounding set full (before: exit 1, "start
+    // tono-launch: Operation not permitted").
+    let o = touch(&noroot_with(&[]), &["--network", "none"]);
+    assert_refused(&o, &marker, "CAP_SETUID");
+    // A worker that is not root at all has a full bounding set too.
+    let nobody = ["--reuid", "65534", "--regid", "65534", "--clear-groups"].map(String::from);
+    let o = touch(&nobody, &["--network", "host"]);
+    assert_refused(&o, &marker, "CAP_SETUID");
+    // The same call from setpriv with nothing changed runs.
+    let o = touch(&[], &["--network", "none"]);
+    assert_ran(&o, &marker);
 }

@@ -27,13 +27,21 @@
 //!   left, and every later record fails, so the worker refuses calls it
 //!   could not give a receipt for. The reserve is this worker's: workers
 //!   sharing one log on a full disk can take each other's;
+//! - no record is longer than [`MAX_RECORD`], so every record can be read
+//!   back and chained to: a call whose end record could be longer (too
+//!   many secret names) is refused ([`AuditError::TooLarge`]) and its
+//!   refusal recorded, and a whole record longer is written without its
+//!   names (the secret names and the tool's, which a caller chooses);
 //! - appends are serialised across workers by a lock on the folder, and
 //!   each one chains to the file's real last record (re-read when another
 //!   worker wrote or rotated since), so workers that share a log, or one
 //!   that restarts, continue one valid chain;
 //! - a file over [`AuditConfig::max_bytes`] is renamed to `NAME.NNNNNN`
 //!   and a new one started whose first record chains to the last of the
-//!   old; a torn last line left by a killed worker is kept as it is, in a
+//!   old — only once the new file's room is held (made as `NAME.next`
+//!   while the old file's reserve still holds the ends in flight; when it
+//!   cannot be, the log is not rotated, the begin is refused and those
+//!   ends land in the old file); a torn last line left by a killed worker is kept as it is, in a
 //!   rotated file, and the chain goes on from the last whole record.
 #![forbid(unsafe_code)]
 
@@ -55,6 +63,11 @@ pub const DEFAULT_PATH: &str = "/var/log/tono/audit.jsonl";
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// The longest record line read back when a log is reopened.
 const MAX_LINE: u64 = 1024 * 1024;
+/// The longest record line written (well within the 1 MiB read back, so every
+/// record can be read back and chained to): a begin record whose end could
+/// be longer is refused ([`AuditError::TooLarge`]), and a whole record
+/// longer is written without its names.
+pub const MAX_RECORD: u64 = 256 * 1024;
 /// Bytes held past the end of the file for the record of the failure
 /// itself (the refused call's, or a whole record of something done).
 pub const FAILURE_RESERVE: u64 = 4096;
@@ -160,6 +173,16 @@ pub enum AuditError {
     /// The log ran out of room earlier (see [`AuditError::NoRoom`]).
     #[error("the audit log is full since: {0}")]
     Full(String),
+    /// The call's receipt would be longer than a record may be: the call
+    /// is refused (its refusal recorded without its names); the log goes
+    /// on.
+    #[error("the call's receipt would take {bytes} bytes, more than the {max} a record may; it asks for too many secret names")]
+    TooLarge {
+        /// The bound of its end record.
+        bytes: u64,
+        /// [`MAX_RECORD`].
+        max: u64,
+    },
 }
 
 impl AuditError {
@@ -167,6 +190,7 @@ impl AuditError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::NoRoom { .. } | Self::Full(_) => "audit_full",
+            Self::TooLarge { .. } => "receipt_too_large",
             _ => "audit_unavailable",
         }
     }
@@ -492,6 +516,33 @@ impl AuditLog {
         record.phase = Phase::Begin;
         record.begin_seq = None;
         let bound = end_bound(&record);
+        if bound > MAX_RECORD {
+            // Refused, and recorded (a whole record, without the names
+            // that made it too long); the log goes on.
+            let e = AuditError::TooLarge {
+                bytes: bound,
+                max: MAX_RECORD,
+            };
+            let mut refusal = record;
+            refusal.phase = Phase::Whole;
+            refusal.verdict = "refuse".into();
+            refusal.reason_code = "audit_unavailable".into();
+            refusal.launch_error = Some(e.code().into());
+            fit(&mut refusal, MAX_RECORD);
+            return match self.write_locked(&mut state, &mut refusal, Room::Grow { extra: 0 }, true)
+            {
+                Ok(_) => Err(e),
+                Err(WriteError::NoRoom(full)) => {
+                    state.full = Some(full.to_string());
+                    self.write_failure_locked(&mut state, refusal);
+                    Err(full)
+                }
+                Err(WriteError::Other(broken)) => {
+                    state.broken = Some(broken.to_string());
+                    Err(broken)
+                }
+            };
+        }
         match self.write_locked(&mut state, &mut record, Room::Grow { extra: bound }, true) {
             Ok(seq) => {
                 state.pending_ends += bound;
@@ -554,6 +605,7 @@ impl AuditLog {
         let _lock = self.dir.lock()?;
         record.phase = Phase::Whole;
         record.begin_seq = None;
+        fit(&mut record, MAX_RECORD);
         match self.write_locked(&mut state, &mut record, Room::Grow { extra: 0 }, false) {
             Ok(seq) => Ok(seq),
             Err(WriteError::NoRoom(e)) => {
@@ -571,16 +623,7 @@ impl AuditLog {
     /// Writes the record of a failure into the failure reserve, made to
     /// fit it; a failed write breaks the log.
     fn write_failure_locked(&self, state: &mut State, mut record: AuditRecord) -> Option<u64> {
-        let fits = |r: &AuditRecord| {
-            serde_json::to_vec(r).is_ok_and(|l| (l.len() as u64) + 256 < FAILURE_RESERVE)
-        };
-        if !fits(&record) {
-            // The names are what can be long; who and why are kept.
-            record.secrets_requested.clear();
-            record.secrets_granted.clear();
-            record.secrets_as_files.clear();
-            record.tool = None;
-        }
+        fit(&mut record, FAILURE_RESERVE);
         match self.write_locked(state, &mut record, Room::Reserved, true) {
             Ok(seq) => Some(seq),
             Err(WriteError::NoRoom(e) | WriteError::Other(e)) => {
@@ -636,26 +679,47 @@ impl AuditLog {
         line.push(b'\n');
         let held = state.pending_ends + FAILURE_RESERVE;
         if let Room::Grow { extra } = room {
+            let want = line.len() as u64 + extra + held;
+            let no_room = |source| {
+                WriteError::NoRoom(AuditError::NoRoom {
+                    path: path.clone(),
+                    source,
+                })
+            };
             if active.size > 0 && active.size + line.len() as u64 > self.config.max_bytes {
                 active.file.sync_data().map_err(|e| io_err("fsync", e))?;
-                // The old file's reserve is given back before the new
-                // file's is taken.
+                // The next file is made and its room held under another
+                // name first, while the old file's reserve still holds the
+                // ends of the calls in flight: when it cannot be held, the
+                // log is not rotated and those ends (and the record of the
+                // failure) still land in the old file's reserve.
+                let next = Component::parse(&format!("{}.next", self.name.as_str()))
+                    .map_err(AuditError::from)?;
+                let fresh = self.dir.open_append(&next, 0o600)?;
+                let fresh_size = fresh.metadata().map_err(|e| io_err("stat", e))?.len();
+                if fresh_size != 0 {
+                    return Err(WriteError::Other(AuditError::Unchainable {
+                        path: self.dir.entry_path(&next),
+                        detail: format!("the next file holds {fresh_size} bytes already"),
+                    }));
+                }
+                if let Err(e) = reserve(&fresh, 0, want) {
+                    // What a failed fallocate held is given back.
+                    let _ = fresh.set_len(0);
+                    return Err(no_room(e));
+                }
+                drop(fresh);
                 active
                     .file
                     .set_len(active.size)
                     .map_err(|e| io_err("trim the reserve", e))?;
                 Self::rotate(&self.dir, &self.name)?;
+                self.dir.rename_noreplace(&next, &self.name)?;
                 let last = active.last.take();
                 *active = Self::open_active(&self.dir, &self.name, path)?;
                 active.last = last;
             }
-            let want = line.len() as u64 + extra + held;
-            reserve(&active.file, active.size, want).map_err(|source| {
-                WriteError::NoRoom(AuditError::NoRoom {
-                    path: path.clone(),
-                    source,
-                })
-            })?;
+            reserve(&active.file, active.size, want).map_err(no_room)?;
         }
         // One write of the whole line: O_APPEND places it at the end.
         let before = active.size;
@@ -710,6 +774,19 @@ impl AuditLog {
             "receipt"
         );
         Ok(record.seq)
+    }
+}
+
+/// Makes `record` fit in `max` bytes: when its line (with room for the
+/// chain fields) is longer, its names are dropped — they are what a caller
+/// can make long (secret names, a tool's name); who and why are kept.
+fn fit(record: &mut AuditRecord, max: u64) {
+    let fits = |r: &AuditRecord| serde_json::to_vec(r).is_ok_and(|l| (l.len() as u64) + 256 < max);
+    if !fits(record) {
+        record.secrets_requested.clear();
+        record.secrets_granted.clear();
+        record.secrets_as_files.clear();
+        record.tool = None;
     }
 }
 

@@ -86,9 +86,10 @@ impl Need {
         }
     }
 
-    /// Whether the capabilities are checked in the set a program this
-    /// process starts as root gets (the bounding set: the launcher), or in
-    /// this process's own effective set.
+    /// Whether the capabilities are checked in both the set a program this
+    /// process starts as root gets (the bounding set: the launcher) and
+    /// this process's own effective set (its clone into the launcher's
+    /// namespaces), or in the effective set alone.
     fn in_launcher(self) -> bool {
         !matches!(self, Need::MemoryScan)
     }
@@ -190,7 +191,13 @@ impl HostFacts {
     /// What `need` lacks here, or `None` when the host grants it.
     pub fn lacking(&self, need: Need) -> Option<Lacking> {
         let set = if need.in_launcher() {
-            self.privileges.bounding
+            // The launcher gets the bounding set only when a root worker
+            // with it in effect starts it: the worker's own steps (its
+            // clone into new PID and network namespaces, signalling the
+            // launcher, the store's checks) use its effective set, and a
+            // worker under SECBIT_NOROOT, or not root, hands the launcher
+            // no more than that. Both must hold the capability.
+            CapSet(self.privileges.bounding.0 & self.privileges.effective.0)
         } else {
             self.privileges.effective
         };
@@ -341,15 +348,27 @@ mod tests {
     }
 
     #[test]
-    fn the_launcher_is_judged_by_the_bounding_set_and_the_scan_by_the_effective() {
+    fn the_launcher_is_judged_by_the_bounding_and_effective_sets_and_the_scan_by_the_effective() {
         let full = (1u64 << 41) - 1;
-        // Effective dropped, bounding full: a launcher started as root gets
-        // the bounding set, so the view is granted; the scan is not.
+        // Effective dropped, bounding full (SECBIT_NOROOT, or a worker
+        // that is not root): the worker cannot clone the launcher into new
+        // namespaces, and the launcher it starts gets nothing; refused.
         let h = with(full, 0, None);
         assert_eq!(
-            h.require(&[Need::Drop, Need::PrivateView, Need::OwnNetwork]),
-            Ok(())
+            h.lacking(Need::Drop).map(|l| l.missing.len()),
+            Some(Need::Drop.capabilities().len())
         );
+        // Only CAP_NET_ADMIN out of effect: the own network is refused.
+        let h = with(full, full & !(1 << 12), None);
+        assert_eq!(h.require(&[Need::Drop, Need::PrivateView]), Ok(()));
+        assert_eq!(
+            h.lacking(Need::OwnNetwork).map(|l| l.missing),
+            Some(vec![Capability::NetAdmin])
+        );
+        // The scan is judged by the effective set alone.
+        let h = with(0, full, None);
+        assert_eq!(h.lacking(Need::MemoryScan), None);
+        let h = with(full, full & !(1 << 19), None);
         assert_eq!(
             h.lacking(Need::MemoryScan).map(|l| l.missing),
             Some(vec![Capability::SysPtrace])
