@@ -583,8 +583,13 @@ impl AuditLog {
         record.begin_seq = Some(begun.seq);
         record.call_id = begun.call_id;
         if let Some(code) = &mut record.launch_error {
-            // Within the room held for it; a code is a short word.
-            code.truncate(MAX_CODE);
+            // Within the room held for it; a code is a short word (cut at
+            // a character's boundary, never inside one).
+            let mut at = MAX_CODE.min(code.len());
+            while !code.is_char_boundary(at) {
+                at -= 1;
+            }
+            code.truncate(at);
         }
         match self.write_locked(&mut state, &mut record, Room::Reserved, false) {
             Ok(seq) => Ok(seq),

@@ -143,7 +143,8 @@ impl Lacking {
         let mut text = format!(
             "{} needs {}: {place}. Grant it: `docker run`/`podman run` {} (see \
              packaging/ for the profile), Kubernetes securityContext.capabilities.add: [{}], \
-             or start the worker as root with a full bounding set",
+             or start the worker as root with them in its effective and bounding sets \
+             (no SECBIT_NOROOT)",
             self.need.what(),
             names.join(" and "),
             adds.join(" "),
