@@ -727,17 +727,22 @@ fn a_thousand_calls_behind_the_proxy_leave_nothing_behind() {
         }
         ok
     };
-    // Warm up: the launcher pool of this kind is made and filled.
+    // Warm up: the launcher pool of this kind is made and filled. Each
+    // count is taken with the pool drained (its waiting launchers ended, a
+    // start in progress waited for), so a refill under way on a busy
+    // machine is not counted as a leak.
     assert_eq!(run(10), 10);
+    tono_seal::drop::pool::drain();
     let before = fds_and_threads();
     assert_eq!(run(1000), 1000);
+    tono_seal::drop::pool::drain();
     let after = fds_and_threads();
     assert_eq!(common::live_processes_of(u.user.uid), 0);
     assert_eq!(proxy.seen().len(), 1010);
-    // A refill of the pool may be under way (a pooled launcher holds 4
-    // pipe ends); one descriptor or thread kept per call would be 1,000.
+    // One descriptor or thread kept per call would be 1,000; the pool is
+    // drained at both counts, so little but the runtime's own may differ.
     assert!(
-        after.0 <= before.0 + 8 && after.1 <= before.1 + 2,
+        after.0 <= before.0 + 2 && after.1 <= before.1 + 2,
         "descriptors {} -> {}, threads {} -> {}",
         before.0,
         after.0,

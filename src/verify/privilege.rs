@@ -52,7 +52,9 @@ fn judge_sudo_list(user: &str, exit: Option<i32>, out: &str) -> (Verdict, String
             .lines()
             .skip(1)
             .map(str::trim)
-            .filter(|l| !l.is_empty())
+            // sudo's own diagnostics (`sudo: unable to resolve host …`,
+            // on stderr, which is read with stdout) are no rule.
+            .filter(|l| !l.is_empty() && !l.starts_with("sudo: "))
             .collect();
         return (
             Verdict::Fail,
@@ -186,6 +188,17 @@ mod tests {
             &format!(
                 "Matching Defaults entries for {name} on vm:\n    env_reset\n\n\
                  User {name} may run the following commands on vm:\n    (ALL) NOPASSWD: ALL\n"
+            ),
+        );
+        assert_eq!(v, Verdict::Fail);
+        assert!(got.ends_with("a sudoer: (ALL) NOPASSWD: ALL"), "{got}");
+        // sudo's warning on a host that cannot resolve its own name (seen
+        // in the Debian 12 guest) is no rule.
+        let (v, got) = judge_sudo_list(
+            name,
+            Some(0),
+            &format!(
+                "User {name} may run the following commands on vm:\n    (ALL) NOPASSWD: ALL\n                 sudo: unable to resolve host tono-guest: Temporary failure in name resolution\n"
             ),
         );
         assert_eq!(v, Verdict::Fail);
