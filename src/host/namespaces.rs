@@ -10,7 +10,7 @@
 use std::fmt;
 
 /// What the kernel's settings say of user namespaces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserNamespaces {
     /// `/proc/sys/kernel/unprivileged_userns_clone` (Debian's switch).
     pub unprivileged_clone: Option<bool>,
@@ -18,6 +18,8 @@ pub struct UserNamespaces {
     pub max: Option<u64>,
     /// `/proc/self/uid_map` is `0 0 4294967295`.
     pub uids_are_the_hosts: bool,
+    /// `/proc/self/uid_map` as read, trimmed (empty if unreadable).
+    pub uid_map: String,
 }
 
 impl UserNamespaces {
@@ -42,6 +44,7 @@ impl UserNamespaces {
             max: max.and_then(|t| t.trim().parse().ok()),
             uids_are_the_hosts: uid_map.split_whitespace().collect::<Vec<_>>()
                 == ["0", "0", "4294967295"],
+            uid_map: uid_map.trim().to_string(),
         }
     }
 

@@ -10,16 +10,15 @@ use super::probe::{fact, Probe, VerifyPlan};
 /// Facts read by root from root-owned files.
 pub fn machine_facts(plan: &VerifyPlan) -> Vec<Probe> {
     let mut out = Vec::new();
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    let identity = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    let userns = &crate::host::HostFacts::current().user_namespaces;
     out.push(fact(
         "the uid map is the identity (not a user namespace)",
-        if identity {
+        if userns.uids_are_the_hosts {
             "0 0 4294967295".to_string()
         } else {
-            format!("uid_map is {:?}: uids here are cosmetic", map.trim())
+            format!("uid_map is {:?}: uids here are cosmetic", userns.uid_map)
         },
-        identity,
+        userns.uids_are_the_hosts,
     ));
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let hidepid = mountinfo
