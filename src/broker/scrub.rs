@@ -33,7 +33,9 @@ fn hex(bytes: &[u8], upper: bool) -> Vec<u8> {
         .collect()
 }
 
-fn percent(bytes: &[u8], upper: bool) -> Vec<u8> {
+/// `bytes` percent-encoded (every byte but letters and digits), its hex
+/// digits in upper or lower case.
+pub(super) fn percent(bytes: &[u8], upper: bool) -> Vec<u8> {
     let encoded = percent_encoding::percent_encode(bytes, percent_encoding::NON_ALPHANUMERIC)
         .to_string()
         .into_bytes();

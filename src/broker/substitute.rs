@@ -35,23 +35,16 @@ pub struct BoundSecret {
 
 impl BoundSecret {
     /// The placeholder and value as the forms a request may carry them in:
-    /// raw, and percent-encoded where the value has bytes a URL encodes.
+    /// raw, and percent-encoded (hex digits in either case) where the value
+    /// has bytes a URL encodes.
     fn forms(&self) -> Vec<(Vec<u8>, Zeroizing<Vec<u8>>)> {
-        let mut out = vec![(
-            self.placeholder.as_bytes().to_vec(),
-            Zeroizing::new(self.value.to_vec()),
-        )];
-        let enc = |b: &[u8]| {
-            percent_encoding::percent_encode(b, percent_encoding::NON_ALPHANUMERIC)
-                .to_string()
-                .into_bytes()
-        };
-        let (p, v) = (
-            enc(self.placeholder.as_bytes()),
-            Zeroizing::new(enc(&self.value)),
-        );
-        if p != out[0].0 {
-            out.push((p, v));
+        let (p, v) = (self.placeholder.as_bytes(), &self.value[..]);
+        let mut out = vec![(p.to_vec(), Zeroizing::new(v.to_vec()))];
+        for upper in [true, false] {
+            let form = super::scrub::percent(p, upper);
+            if !out.iter().any(|(seen, _)| *seen == form) {
+                out.push((form, Zeroizing::new(super::scrub::percent(v, upper))));
+            }
         }
         out
     }
@@ -325,6 +318,13 @@ mod tests {
         assert_eq!(
             &out[..],
             b"GET /?k=ZyXwVuTsRqPoNmLk%2FJiHgFe%2BDcBa%3D%3D HTTP/1.1\r\n\r\n"
+        );
+        // The same, as a client that writes its hex digits in lower case.
+        let head = b"GET /?k=AbCdEfGhIjKlMnOp%2fQrStUv%2bWxYz%3d%3d HTTP/1.1\r\n\r\n";
+        let (out, _) = rewrite_head(head, "api.example.com", &s).unwrap();
+        assert_eq!(
+            &out[..],
+            b"GET /?k=ZyXwVuTsRqPoNmLk%2fJiHgFe%2bDcBa%3d%3d HTTP/1.1\r\n\r\n"
         );
     }
 
