@@ -221,19 +221,27 @@ fn on_a_full_disk_every_call_that_ran_has_its_receipt_and_the_rest_are_refused_u
     );
 }
 
+/// Makes the test's audit folder, root's alone.
+fn made_root_only(dir: &AuditDir) {
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+}
+
+/// A call's record as the worker would begin it, with one secret name.
+fn call_record(i: u64) -> AuditRecord {
+    let mut r = AuditRecord::new(RecordKind::Call);
+    (r.user, r.uid, r.tool) = (Some("someone".into()), Some(61000), Some("shell".into()));
+    r.secrets_requested = vec![format!("secret_{i}")];
+    r.secrets_granted = r.secrets_requested.clone();
+    r
+}
+
 #[test]
 fn the_log_itself_on_a_full_disk_refuses_begins_and_still_writes_every_end_and_no_torn_line() {
     need_root!();
     let dir = AuditDir::new("full-disk-lib");
-    std::fs::create_dir_all(&dir.0).unwrap();
-    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let call = |i: u64| {
-        let mut r = AuditRecord::new(RecordKind::Call);
-        (r.user, r.uid, r.tool) = (Some("someone".into()), Some(61000), Some("shell".into()));
-        r.secrets_requested = vec![format!("secret_{i}")];
-        r.secrets_granted = r.secrets_requested.clone();
-        r
-    };
+    made_root_only(&dir);
+    let call = call_record;
 
     // Begins until the room runs out; then every end still lands.
     let fs = Tmpfs::mount(&dir.0.join("begins"), 16);
@@ -354,15 +362,8 @@ fn fill(at: &Path, name: &str) -> u64 {
 fn a_rotation_on_a_full_disk_still_holds_the_ends_of_the_calls_in_flight() {
     need_root!();
     let dir = AuditDir::new("full-disk-rotation");
-    std::fs::create_dir_all(&dir.0).unwrap();
-    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let call = |i: u64| {
-        let mut r = AuditRecord::new(RecordKind::Call);
-        (r.user, r.uid, r.tool) = (Some("someone".into()), Some(61000), Some("shell".into()));
-        r.secrets_requested = vec![format!("secret_{i}")];
-        r.secrets_granted = r.secrets_requested.clone();
-        r
-    };
+    made_root_only(&dir);
+    let call = call_record;
     // `rotate`: the refused begin goes past max_bytes (a new file); without,
     // the positive control: the same calls in one file.
     for rotate in [false, true] {
