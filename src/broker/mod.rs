@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ca;
+pub mod encode;
 pub mod placeholder;
 pub mod scrub;
 pub mod stream;

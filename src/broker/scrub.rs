@@ -18,46 +18,9 @@
 use base64::Engine;
 use zeroize::Zeroizing;
 
+use super::encode::{hex, percent};
 use super::stream::{Pair, Replacer};
 use super::substitute::BoundSecret;
-
-fn hex(bytes: &[u8], upper: bool) -> Vec<u8> {
-    let digits: &[u8; 16] = if upper {
-        b"0123456789ABCDEF"
-    } else {
-        b"0123456789abcdef"
-    };
-    bytes
-        .iter()
-        .flat_map(|b| [digits[usize::from(b >> 4)], digits[usize::from(b & 15)]])
-        .collect()
-}
-
-/// `bytes` percent-encoded (every byte but letters and digits), its hex
-/// digits in upper or lower case.
-pub(super) fn percent(bytes: &[u8], upper: bool) -> Vec<u8> {
-    let encoded = percent_encoding::percent_encode(bytes, percent_encoding::NON_ALPHANUMERIC)
-        .to_string()
-        .into_bytes();
-    if upper {
-        encoded
-    } else {
-        // Only the hex digits after '%' change case; letters of the value
-        // pass unencoded and keep theirs.
-        let mut out = encoded;
-        let mut i = 0;
-        while i < out.len() {
-            if out[i] == b'%' && i + 2 < out.len() {
-                out[i + 1] = out[i + 1].to_ascii_lowercase();
-                out[i + 2] = out[i + 2].to_ascii_lowercase();
-                i += 3;
-            } else {
-                i += 1;
-            }
-        }
-        out
-    }
-}
 
 /// The base64 characters of `bytes` placed after `pad` bytes that depend
 /// on `bytes` alone.

@@ -41,9 +41,9 @@ impl BoundSecret {
         let (p, v) = (self.placeholder.as_bytes(), &self.value[..]);
         let mut out = vec![(p.to_vec(), Zeroizing::new(v.to_vec()))];
         for upper in [true, false] {
-            let form = super::scrub::percent(p, upper);
+            let form = super::encode::percent(p, upper);
             if !out.iter().any(|(seen, _)| *seen == form) {
-                out.push((form, Zeroizing::new(super::scrub::percent(v, upper))));
+                out.push((form, Zeroizing::new(super::encode::percent(v, upper))));
             }
         }
         out
