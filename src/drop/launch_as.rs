@@ -82,7 +82,7 @@ pub(crate) async fn launch_as(
         refuse_syscalls,
         ..LaunchPlan::for_user(user, action)
     };
-    bind_secrets(&mut plan, &options.env.config)?;
+    bind_secrets(&mut plan, &options.env.config, &options.narrow)?;
     if plan.has_file_secrets() && !plan.in_own_namespaces() {
         return Err(LaunchError::new(
             Stage::Plan,
@@ -235,14 +235,41 @@ pub(crate) async fn launch_as(
 /// hosts for this user; if any is, the call must be of the private view,
 /// gets the operator's `upstream_ca`, and its proxy and CA variables name
 /// its broker and the call's bundle ([`crate::broker::trust`]).
-fn bind_secrets(plan: &mut LaunchPlan, config: &crate::env::EnvConfig) -> Result<(), LaunchError> {
+fn bind_secrets(
+    plan: &mut LaunchPlan,
+    config: &crate::env::EnvConfig,
+    narrow: &[(String, Vec<String>)],
+) -> Result<(), LaunchError> {
     let bindings = config.bindings();
     let private = plan.in_own_namespaces();
     let Action::Exec(exec) = &mut plan.action else {
         return Ok(());
     };
+    for (name, _) in narrow {
+        if bindings.for_user(&plan.user, name).is_none() {
+            return Err(LaunchError::new(
+                Stage::Plan,
+                "binding_unknown",
+                format!(
+                    "--bind {name}=…: root's env config binds no secret {name} for {}; a call \
+                     may narrow a binding, not make one (add it to the config's bind)",
+                    plan.user
+                ),
+            ));
+        }
+    }
     for secret in &mut exec.secrets {
-        secret.bound = bindings.for_user(&plan.user, &secret.name).cloned();
+        let Some(binding) = bindings.for_user(&plan.user, &secret.name) else {
+            continue;
+        };
+        let mut binding = binding.clone();
+        for (_, hosts) in narrow.iter().filter(|(n, _)| *n == secret.name) {
+            let body = binding.body;
+            binding = binding
+                .narrowed(&secret.name, hosts, body)
+                .map_err(|e| LaunchError::new(Stage::Plan, "binding_wider", e.to_string()))?;
+        }
+        secret.bound = Some(binding);
     }
     let bound: Vec<&str> = exec
         .secrets
