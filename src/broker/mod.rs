@@ -13,9 +13,16 @@
 //! tool as its value, as it did before, and no config may bind one.
 #![forbid(unsafe_code)]
 
+pub mod body;
 pub mod ca;
 pub mod encode;
+pub mod exchange;
+pub mod head;
 pub mod placeholder;
 pub mod scrub;
+pub mod serve;
 pub mod stream;
 pub mod substitute;
+pub mod upstream;
+pub mod uses;
+pub mod wire;
