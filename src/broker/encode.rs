@@ -19,6 +19,16 @@ pub fn hex(bytes: &[u8], upper: bool) -> Vec<u8> {
         .collect()
 }
 
+/// Every byte of `bytes` as `%XX`, as some encoders write a value whole.
+pub fn percent_every(bytes: &[u8], upper: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() * 3);
+    for pair in hex(bytes, upper).chunks(2) {
+        out.push(b'%');
+        out.extend_from_slice(pair);
+    }
+    out
+}
+
 /// `bytes` percent-encoded (every byte but letters and digits), its hex
 /// digits in upper or lower case.
 pub fn percent(bytes: &[u8], upper: bool) -> Vec<u8> {

@@ -3,7 +3,8 @@
 //! placeholder in the same encoding.
 //!
 //! Guarantees: the value is found raw, in hex (lower and upper case),
-//! percent-encoded (upper and lower case hex) and in base64 (standard and
+//! percent-encoded (upper and lower case hex; the bytes a URL encodes, or
+//! every byte) and in base64 (standard and
 //! URL-safe, at each of the three alignments a value can have inside a
 //! longer base64 run: the characters that depend on the value alone), in a
 //! stream split anywhere ([`super::stream::Replacer`]), and each is
@@ -18,7 +19,7 @@
 use base64::Engine;
 use zeroize::Zeroizing;
 
-use super::encode::{hex, percent};
+use super::encode::{hex, percent, percent_every};
 use super::stream::{Pair, Replacer};
 use super::substitute::BoundSecret;
 
@@ -46,6 +47,8 @@ pub fn pairs_of(secret: &BoundSecret) -> Vec<Pair> {
         (hex(v, true), hex(p, true)),
         (percent(v, true), percent(p, true)),
         (percent(v, false), percent(p, false)),
+        (percent_every(v, true), percent_every(p, true)),
+        (percent_every(v, false), percent_every(p, false)),
     ];
     let standard = base64::engine::general_purpose::STANDARD;
     let url = base64::engine::general_purpose::URL_SAFE;
@@ -121,6 +124,10 @@ mod tests {
         body.extend_from_slice(&hex(&v, false));
         body.extend_from_slice(b"&HEX=");
         body.extend_from_slice(&hex(&v, true));
+        body.extend_from_slice(b"&every=");
+        body.extend_from_slice(&percent_every(&v, false));
+        body.extend_from_slice(b"&EVERY=");
+        body.extend_from_slice(&percent_every(&v, true));
         for lead in ["", "x", "xy"] {
             let mut wrapped = lead.as_bytes().to_vec();
             wrapped.extend_from_slice(&v);
@@ -143,6 +150,10 @@ mod tests {
             assert!(!text.contains("REALVALUE"), "raw: {text}");
             assert!(!text.contains(&String::from_utf8(hex(&v, false)).unwrap()));
             assert!(!text.contains(&String::from_utf8(hex(&v, true)).unwrap()));
+            for upper in [false, true] {
+                let every = String::from_utf8(percent_every(&v, upper)).unwrap();
+                assert!(!text.contains(&every), "every byte %XX: {text}");
+            }
             // Each base64 run decodes to nothing of the value but at most
             // its first and last byte.
             for run in text.split('&').filter_map(|kv| kv.split_once('=')) {

@@ -8,7 +8,8 @@
 //! encodings — base64 (standard and URL-safe, padded or not, at each of the
 //! three alignments a value can have inside a longer base64 run: the
 //! characters that depend on the value alone), hex (lower and upper case),
-//! percent-encoding (upper and lower case hex) and JSON string escaping
+//! percent-encoding (upper and lower case hex; the bytes a URL encodes, or
+//! every byte) and JSON string escaping
 //! (UTF-8 kept, or every non-ASCII character as `\uXXXX`) — and replaced by
 //! `[masked:NAME]`, leftmost-longest. Matching ignores runs of up to
 //! [`MAX_GAP`] whitespace bytes on both sides, so a form wrapped into lines
@@ -110,6 +111,20 @@ fn base64_core(value: &[u8], skip: usize, engine: &impl Engine) -> Option<Zeroiz
     (core.len() >= MIN_CORE_CHARS).then(|| Zeroizing::new(core.to_vec()))
 }
 
+/// Every byte of `value` as `%XX`, as some encoders write a value whole
+/// (`%67%68%70…`).
+fn percent_every(value: &[u8], lower: bool) -> Zeroizing<Vec<u8>> {
+    let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 3));
+    for &b in value {
+        if lower {
+            out.extend_from_slice(format!("%{b:02x}").as_bytes());
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
 fn percent(value: &[u8], lower: bool) -> Zeroizing<Vec<u8>> {
     let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 3));
     for &b in value {
@@ -179,6 +194,8 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
         hex(value, true),
         percent(value, false),
         percent(value, true),
+        percent_every(value, false),
+        percent_every(value, true),
     ];
     for skip in 0..3 {
         all.extend(base64_core(value, skip, &STANDARD));
@@ -463,6 +480,8 @@ mod tests {
         out.push(hex(value, true).to_vec());
         out.push(percent(value, false).to_vec());
         out.push(percent(value, true).to_vec());
+        out.push(percent_every(value, false).to_vec());
+        out.push(percent_every(value, true).to_vec());
         let text = std::str::from_utf8(value).unwrap();
         out.push(serde_json::to_string(text).unwrap().into_bytes());
         out
