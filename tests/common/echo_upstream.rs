@@ -283,7 +283,7 @@ pub fn resolve_test_hosts() {
         } else {
             "\n"
         };
-        write!(f, "{newline}{HOSTS_LINE}\n").unwrap();
+        writeln!(f, "{newline}{HOSTS_LINE}").unwrap();
     }
     for host in TEST_HOSTS {
         let addrs: Vec<std::net::SocketAddr> =
