@@ -668,6 +668,7 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
                 cwd: None,
                 env: Vec::new().into(),
                 secrets: Vec::new(),
+                upstream_ca: None,
             }),
         )
     };

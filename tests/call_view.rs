@@ -377,6 +377,7 @@ fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
                 cwd: None,
                 env: Vec::new().into(),
                 secrets: Vec::new(),
+                upstream_ca: None,
             }),
         )
     };

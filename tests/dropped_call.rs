@@ -595,6 +595,7 @@ fn refusals_are_typed_and_the_tool_never_runs() {
             cwd: None,
             env: Vec::new().into(),
             secrets: Vec::new(),
+            upstream_ca: None,
         };
         let plan = tono_seal::launch::plan::LaunchPlan::for_user(
             target,

@@ -14,12 +14,16 @@
 //! something that ran before its receipt was written (a key operation, a
 //! refusal where nothing ran) is one `whole` record, as every version 1
 //! record was.
+//!
+//! Version 3 adds `broker`: each request of the call its broker put a bound
+//! secret's value into, or refused, by secret name, host, method, path
+//! without its query, status and bytes; never a value or a placeholder.
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 
 /// The schema's version, the record's `v`.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest version a reader still accepts (`v: 1`: one whole record a
 /// call, no `phase`).
@@ -137,6 +141,10 @@ pub struct AuditRecord {
     /// Masks applied to the output, by secret name; `null` while no
     /// masking relay runs.
     pub masks: Option<std::collections::BTreeMap<String, u64>>,
+    /// Each request the call's broker substituted a bound secret in or
+    /// refused; `null` where the call had no broker.
+    #[serde(default)]
+    pub broker: Option<Vec<crate::broker::serve::BrokerUse>>,
     /// Bytes of stdout the worker received (after its cap).
     pub stdout_bytes: u64,
     /// Bytes of stderr the worker received (after its cap).
@@ -180,6 +188,7 @@ impl AuditRecord {
             memory_peak: None,
             pids_peak: None,
             masks: None,
+            broker: None,
             stdout_bytes: 0,
             stderr_bytes: 0,
             launch_error: None,
@@ -197,7 +206,7 @@ mod tests {
         let mut r = AuditRecord::new(RecordKind::Call);
         r.secrets_requested = vec!["token".into()];
         let line = serde_json::to_string(&r).unwrap();
-        assert!(line.starts_with(r#"{"v":2,"seq":0,"time":"","#), "{line}");
+        assert!(line.starts_with(r#"{"v":3,"seq":0,"time":"","#), "{line}");
         assert!(
             line.contains(r#""call_id":"","phase":"whole","begin_seq":null,"kind":"call""#),
             "{line}"

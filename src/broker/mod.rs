@@ -17,5 +17,7 @@ pub mod ca;
 pub mod encode;
 pub mod placeholder;
 pub mod scrub;
+pub mod serve;
 pub mod stream;
 pub mod substitute;
+pub mod trust;

@@ -196,6 +196,40 @@ pub fn check_v6(addr: Ipv6Addr) -> Result<(), EgressRefusal> {
     }
 }
 
+/// The name of the range `addr` is in, for the few ranges an operator may
+/// allow by name where the egress rules refuse them (`loopback`:
+/// `127.0.0.0/8`, `::1`; `private`: RFC 1918 and the ULA `fc00::/7`;
+/// `link-local`: `169.254.0.0/16`, `fe80::/10`), judging a mapped IPv6
+/// by its IPv4; `None` for every other address.
+pub fn range_name(addr: std::net::IpAddr) -> Option<&'static str> {
+    let v4 = match addr {
+        std::net::IpAddr::V4(a) => Some(a),
+        std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
+    };
+    if let Some(a) = v4 {
+        return match a.octets() {
+            [127, ..] => Some("loopback"),
+            [10, ..] | [192, 168, ..] => Some("private"),
+            [172, b, ..] if (16..32).contains(&b) => Some("private"),
+            [169, 254, ..] => Some("link-local"),
+            _ => None,
+        };
+    }
+    let std::net::IpAddr::V6(a) = addr else {
+        return None;
+    };
+    let first = a.segments()[0];
+    if a == Ipv6Addr::LOCALHOST {
+        Some("loopback")
+    } else if first & 0xfe00 == 0xfc00 {
+        Some("private")
+    } else if first & 0xffc0 == 0xfe80 {
+        Some("link-local")
+    } else {
+        None
+    }
+}
+
 /// Host names that never stay (matched on the lowercase name without
 /// trailing dots, as a whole name or as a suffix after a dot).
 pub const NAMES_REFUSED: &[&str] = &[
@@ -510,6 +544,28 @@ mod tests {
             "http://[0:0:0:0:0:ffff:127.0.0.1]/",
         ] {
             assert!(!ok(u), "{u} must not stay");
+        }
+    }
+
+    #[test]
+    fn range_names_cover_loopback_private_and_link_local_and_nothing_public() {
+        for (addr, want) in [
+            ("127.0.0.1", Some("loopback")),
+            ("127.9.9.9", Some("loopback")),
+            ("::1", Some("loopback")),
+            ("::ffff:127.0.0.1", Some("loopback")),
+            ("10.1.2.3", Some("private")),
+            ("172.16.0.1", Some("private")),
+            ("172.31.255.255", Some("private")),
+            ("192.168.1.1", Some("private")),
+            ("fd00::1", Some("private")),
+            ("169.254.169.254", Some("link-local")),
+            ("fe80::1", Some("link-local")),
+            ("172.32.0.1", None),
+            ("8.8.8.8", None),
+            ("2606:4700::1", None),
+        ] {
+            assert_eq!(range_name(addr.parse().unwrap()), want, "{addr}");
         }
     }
 }

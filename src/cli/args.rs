@@ -122,6 +122,29 @@ pub struct ScopeArgs {
     /// shared view has only `persistent`.
     #[arg(long, value_enum)]
     pub home: Option<HomeArg>,
+    /// Narrow the hosts root's env config binds a secret to, for these
+    /// calls: NAME=HOST[,HOST…], each host one of the binding's (or within
+    /// one of its wildcards). A binding is never widened, and a secret the
+    /// config does not bind is refused (`binding_unknown`).
+    #[arg(long = "bind", value_name = "NAME=HOSTS", value_parser = parse_narrowing)]
+    pub bind: Vec<(String, Vec<String>)>,
+}
+
+/// `--bind NAME=HOST[,HOST…]`.
+fn parse_narrowing(text: &str) -> Result<(String, Vec<String>), String> {
+    let (name, hosts) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: write NAME=HOST[,HOST…]"))?;
+    let hosts: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(String::from)
+        .collect();
+    if name.is_empty() || hosts.is_empty() {
+        return Err(format!("{text:?}: write NAME=HOST[,HOST…]"));
+    }
+    Ok((name.to_string(), hosts))
 }
 
 /// `--home`.
@@ -210,6 +233,7 @@ impl ScopeArgs {
             view: self.view.into(),
             network: self.network(),
             home: self.home.map(Into::into),
+            narrow: self.bind.clone(),
             ..crate::drop::RunOptions::default()
         }
     }

@@ -131,6 +131,7 @@ fn bind_secrets(wanted: &[String], grants: &[SecretGrant]) -> Result<Vec<SecretB
             name: grant.name.to_string(),
             env: grant.env.clone(),
             file: grant.file.clone(),
+            bound: None,
         });
     }
     let directory = crate::launch::credentials::CREDENTIALS_VARIABLE;
@@ -180,6 +181,7 @@ pub(super) fn prepare(
             cwd,
             env: env.clone(),
             secrets,
+            upstream_ca: None,
         })
     };
     Ok(match kind {
@@ -281,6 +283,7 @@ pub(super) fn prepare(
                     cwd: None,
                     env,
                     secrets: Vec::new(),
+                    upstream_ca: None,
                 }),
                 timeout: None,
             }

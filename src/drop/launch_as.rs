@@ -16,7 +16,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::direct::DirectRules;
 use super::outcome::Outcome;
+use super::proxy::CallEnd;
 use super::request::RunOptions;
 use super::spawn::{launch_tapped, Finished, Input, Output, Setup, Tap};
 use super::start::Launcher;
@@ -72,7 +74,7 @@ pub(crate) async fn launch_as(
         // An operator's unknown name is refused here, before any launch.
         crate::launch::syscall_filter::SyscallFilter::build(&refuse_syscalls)?;
     }
-    let plan = LaunchPlan {
+    let mut plan = LaunchPlan {
         limits: options.limits,
         view: options.view,
         network,
@@ -80,6 +82,7 @@ pub(crate) async fn launch_as(
         refuse_syscalls,
         ..LaunchPlan::for_user(user, action)
     };
+    bind_secrets(&mut plan, &options.env.config, &options.narrow)?;
     if plan.has_file_secrets() && !plan.in_own_namespaces() {
         return Err(LaunchError::new(
             Stage::Plan,
@@ -102,18 +105,23 @@ pub(crate) async fn launch_as(
     if plan.in_own_namespaces() {
         needs.push(crate::host::Need::PrivateView);
     }
-    if network != Network::Host {
+    if plan.in_own_network() {
         needs.push(crate::host::Need::OwnNetwork);
     }
     crate::host::HostFacts::current()
         .require(&needs)
         .map_err(|l| LaunchError::new(Stage::Spawn, l.code(), l.message()))?;
-    let proxy = match (&options.env.config.proxy, network == Network::Proxy) {
-        (Some(url), true) => {
+    let call_end = match (&options.env.config.proxy, network) {
+        (Some(url), Network::Proxy) => {
             let mut upstream = ProxyUpstream::parse(url)
                 .map_err(|e| LaunchError::new(Stage::Plan, "network_invalid", e))?;
             upstream.allow_hosts = options.env.config.proxy_allow_hosts.clone();
-            Some(Arc::new(upstream))
+            Some(CallEnd::Proxy(Arc::new(upstream)))
+        }
+        (_, Network::Host) if plan.in_own_network() => {
+            Some(CallEnd::Direct(Arc::new(DirectRules {
+                allow_ranges: options.env.config.egress_allow_ranges.clone(),
+            })))
         }
         _ => None,
     };
@@ -181,7 +189,7 @@ pub(crate) async fn launch_as(
                 .cgroup
                 .then_some((options.pids_max, options.memory_max)),
             prepare: Box::new(prepare),
-            proxy,
+            call_end,
         }),
         tap,
     )
@@ -221,6 +229,83 @@ pub(crate) async fn launch_as(
     applied.killed_at_end = done.counters.killed_at_end;
     applied.cleanup_error = done.cgroup_error.clone();
     Ok((done, applied))
+}
+
+/// Marks each secret of a program's plan that root's config binds to
+/// hosts for this user; if any is, the call must be of the private view,
+/// gets the operator's `upstream_ca`, and its proxy and CA variables name
+/// its broker and the call's bundle ([`crate::broker::trust`]).
+fn bind_secrets(
+    plan: &mut LaunchPlan,
+    config: &crate::env::EnvConfig,
+    narrow: &[(String, Vec<String>)],
+) -> Result<(), LaunchError> {
+    let bindings = config.bindings();
+    let private = plan.in_own_namespaces();
+    let Action::Exec(exec) = &mut plan.action else {
+        return Ok(());
+    };
+    for (name, _) in narrow {
+        if bindings.for_user(&plan.user, name).is_none() {
+            return Err(LaunchError::new(
+                Stage::Plan,
+                "binding_unknown",
+                format!(
+                    "--bind {name}=…: root's env config binds no secret {name} for {}; a call \
+                     may narrow a binding, not make one (add it to the config's bind)",
+                    plan.user
+                ),
+            ));
+        }
+    }
+    for secret in &mut exec.secrets {
+        let Some(binding) = bindings.for_user(&plan.user, &secret.name) else {
+            continue;
+        };
+        let mut binding = binding.clone();
+        for (_, hosts) in narrow.iter().filter(|(n, _)| *n == secret.name) {
+            let body = binding.body;
+            binding = binding
+                .narrowed(&secret.name, hosts, body)
+                .map_err(|e| LaunchError::new(Stage::Plan, "binding_wider", e.to_string()))?;
+        }
+        secret.bound = Some(binding);
+    }
+    let bound: Vec<&str> = exec
+        .secrets
+        .iter()
+        .filter(|s| s.bound.is_some())
+        .map(|s| s.name.as_str())
+        .collect();
+    if bound.is_empty() {
+        return Ok(());
+    }
+    if !private {
+        return Err(LaunchError::new(
+            Stage::Plan,
+            "binding_needs_private_view",
+            format!(
+                "{} bound to hosts by the operator's config: such a secret reaches a call \
+                 only through its broker, which needs the private view (--view private); \
+                 the shared view would hand the tool the value",
+                bound.join(", ")
+            ),
+        ));
+    }
+    if let Some(path) = &config.upstream_ca {
+        let pem = std::fs::read_to_string(path).map_err(|e| {
+            LaunchError::new(
+                Stage::Plan,
+                "upstream_ca_unreadable",
+                format!("upstream_ca {}: {e}", path.display()),
+            )
+        })?;
+        exec.upstream_ca = Some(pem);
+    }
+    for (name, value) in crate::broker::trust::variables(crate::env::BROKER_ADDR) {
+        exec.env.set(name, value);
+    }
+    Ok(())
 }
 
 /// Has the launcher, as `user`, kill every process of the user.

@@ -59,6 +59,10 @@ pub struct Outcome {
     /// launcher masks its output before it leaves the user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masks: Option<std::collections::BTreeMap<String, u64>>,
+    /// Each request the call's broker put a bound secret's value into, or
+    /// refused (`placeholder_not_bound`, …); empty without a broker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broker: Vec<crate::broker::serve::BrokerUse>,
     /// The secrets the call was given as files in its
     /// `$CREDENTIALS_DIRECTORY` (names only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -87,6 +91,7 @@ impl Outcome {
             limits: None,
             result: None,
             masks: None,
+            broker: Vec::new(),
             secrets_as_files: Vec::new(),
         }
     }
@@ -120,6 +125,7 @@ impl Outcome {
                 out.exit_code = end.exit_code;
                 out.signal = end.signal;
                 out.masks = Some(end.masks);
+                out.broker = end.broker;
             }
             StatusReport::Done(value) => {
                 out.exit_code = code;

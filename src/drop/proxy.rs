@@ -42,6 +42,16 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// How long a connection may take to send its first request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Where a call's end carries its connections.
+#[derive(Debug, Clone)]
+pub enum CallEnd {
+    /// To the configured proxy, its credentials added (network `proxy`).
+    Proxy(Arc<ProxyUpstream>),
+    /// Straight to each destination the egress rules pass (network `host`
+    /// for a call holding a bound secret: [`super::direct`]).
+    Direct(Arc<super::direct::DirectRules>),
+}
+
 /// A call's proxy end, serving until dropped.
 #[derive(Debug)]
 pub struct CallProxy {
@@ -58,10 +68,7 @@ impl Drop for CallProxy {
 
 /// Opens the proxy end in the network namespace of the launcher `pid`
 /// (an unreaped child of the worker) and starts serving it.
-pub async fn open(
-    pid: libc::pid_t,
-    upstream: Arc<ProxyUpstream>,
-) -> Result<CallProxy, LaunchError> {
+pub async fn open(pid: libc::pid_t, upstream: CallEnd) -> Result<CallProxy, LaunchError> {
     let failed = |what: &str, e: std::io::Error| LaunchError {
         stage: Stage::Spawn,
         code: "proxy_unavailable".into(),
@@ -85,7 +92,7 @@ pub async fn open(
     })
 }
 
-async fn serve(listener: TcpListener, upstream: Arc<ProxyUpstream>) {
+async fn serve(listener: TcpListener, upstream: CallEnd) {
     let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -119,8 +126,9 @@ async fn answer(stream: &mut TcpStream, status: &str, why: &str) {
     let _ = stream.shutdown().await;
 }
 
-/// Carries one connection of the call to the proxy.
-async fn carry(mut call: TcpStream, upstream: &ProxyUpstream) {
+/// Carries one connection of the call to the proxy, or, for a direct
+/// end, to its destination.
+async fn carry(mut call: TcpStream, call_end: &CallEnd) {
     let mut head = Vec::with_capacity(1024);
     let read = tokio::time::timeout(HEAD_TIMEOUT, async {
         let mut buf = [0u8; 4096];
@@ -142,6 +150,15 @@ async fn carry(mut call: TcpStream, upstream: &ProxyUpstream) {
         Ok(Ok(end)) => end,
         Ok(Err(why)) => return answer(&mut call, "400 Bad Request", why).await,
         Err(_) => return answer(&mut call, "408 Request Timeout", "no request head in time").await,
+    };
+    let upstream = match call_end {
+        CallEnd::Proxy(upstream) => upstream,
+        CallEnd::Direct(rules) => {
+            if let Err(refused) = super::direct::carry(&mut call, &head, end, rules).await {
+                answer(&mut call, refused.status, &refused.why).await;
+            }
+            return;
+        }
     };
     let rewritten = match rewrite(
         &head[..end],

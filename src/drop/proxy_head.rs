@@ -69,6 +69,41 @@ fn target_host(target: &str) -> Option<&str> {
     authority_host(authority)
 }
 
+/// Where a request head (already checked by [`rewrite`]) asks to go: the
+/// host and port of its `CONNECT` authority or absolute `http://` target
+/// (port 80 when the target names none), and whether it is a `CONNECT`.
+pub fn destination(head: &[u8]) -> Option<(String, u16, bool)> {
+    let line = head.split(|&b| b == b'\r').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next()?, parts.next()?);
+    let connect = method == "CONNECT";
+    let authority = if connect {
+        target
+    } else {
+        let rest = target.get(7..)?;
+        rest.split(['/', '?', '#']).next().unwrap_or(rest)
+    };
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        (v6, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None if connect => return None,
+        None => 80,
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port, connect))
+}
+
 /// Where a request head ends: the index just past its `\r\n\r\n`.
 pub fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
@@ -248,6 +283,28 @@ mod tests {
         );
         let none = rewrite(b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", None, None).unwrap();
         assert_eq!(&none[..], b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n");
+    }
+
+    #[test]
+    fn a_destination_is_the_connect_authority_or_the_absolute_targets() {
+        for (head, want) in [
+            (
+                "CONNECT Api.Example.com:8443 HTTP/1.1\r\n\r\n",
+                Some(("api.example.com", 8443, true)),
+            ),
+            (
+                "CONNECT [::1]:443 HTTP/1.1\r\n\r\n",
+                Some(("::1", 443, true)),
+            ),
+            ("GET http://h/x HTTP/1.1\r\n\r\n", Some(("h", 80, false))),
+            ("GET http://h:81?q HTTP/1.1\r\n\r\n", Some(("h", 81, false))),
+            ("CONNECT h HTTP/1.1\r\n\r\n", None),
+            ("GET http://u@h/ HTTP/1.1\r\n\r\n", None),
+            ("CONNECT h:99999 HTTP/1.1\r\n\r\n", None),
+        ] {
+            let got = destination(head.as_bytes());
+            assert_eq!(got, want.map(|(h, p, c)| (h.to_string(), p, c)), "{head}");
+        }
     }
 
     #[test]

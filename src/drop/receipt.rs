@@ -122,6 +122,7 @@ pub fn outcome_receipt(
             .and_then(|l| l.network.clone())
             .unwrap_or_else(|| "host".into()),
         masks: outcome.masks.clone(),
+        broker: (!outcome.broker.is_empty()).then(|| outcome.broker.clone()),
         ..AuditRecord::new(kind)
     }
 }

@@ -127,6 +127,9 @@ pub struct RunOptions {
     /// A provider's own program (sign-in, sign-out, status): it sees the
     /// real home and its login folder, which tool calls never see.
     pub provider_program: bool,
+    /// Bindings of root's config narrowed for these calls: secret name and
+    /// the hosts it keeps ([`crate::env::Binding::narrowed`]).
+    pub narrow: Vec<(String, Vec<String>)>,
 }
 
 impl RunOptions {
@@ -215,6 +218,7 @@ impl Default for RunOptions {
             network: None,
             home: None,
             provider_program: false,
+            narrow: Vec::new(),
         }
     }
 }

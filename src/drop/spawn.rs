@@ -31,7 +31,7 @@ use super::proxy;
 use super::start::{open_null, start, start_in_cgroup, Launcher, Started};
 use super::stdio::{self, Relayed, Target};
 use crate::contain::{self, AppliedLimits, CallCgroup, Counters};
-use crate::env::{Network, ProxyUpstream};
+use crate::env::Network;
 use crate::launch::plan::LaunchPlan;
 use crate::launch::report::{LaunchError, Stage, StatusReport, MAX_STATUS_BYTES};
 use crate::sys;
@@ -243,8 +243,10 @@ pub struct Setup<'a> {
     pub cgroup_limits: Option<(u64, u64)>,
     /// Makes or takes the cgroup and completes the plan.
     pub prepare: Prepare<'a>,
-    /// The proxy the worker's end carries a call of network `proxy` to.
-    pub proxy: Option<std::sync::Arc<ProxyUpstream>>,
+    /// Where the worker's end in a call's own network namespace carries
+    /// its connections: the proxy of network `proxy`, or, for a call
+    /// holding a bound secret in network `host`, each destination directly.
+    pub call_end: Option<proxy::CallEnd>,
 }
 
 fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
@@ -345,22 +347,29 @@ pub async fn launch_tapped(
     // limits).
     // The launcher checks its network namespace against the worker's.
     plan.worker_netns = sys::current_netns().ok();
-    let mut proxy_upstream = None;
+    let mut call_end = None;
     if let Some(setup) = setup {
         guard.cgroup = (setup.prepare)(&mut plan, placed)?;
-        proxy_upstream = setup.proxy;
+        call_end = setup.call_end;
     }
-    // The proxy's end is in the call's namespace before the plan is sent,
+    // The worker's end is in the call's namespace before the plan is sent,
     // so it is there before the tool; it closes when this launch ends.
-    let _call_proxy = if plan.in_own_network() && plan.network == Network::Proxy {
-        let upstream = proxy_upstream.ok_or_else(|| {
+    // Network `none` has none, bound secret or not: nothing is reached.
+    let wants_end = plan.in_own_network()
+        && (plan.network == Network::Proxy
+            || (plan.network == Network::Host && plan.has_bound_secrets()));
+    let _call_proxy = if wants_end {
+        let end = call_end.ok_or_else(|| {
             LaunchError::new(
                 Stage::Spawn,
                 "network_invalid",
-                "network proxy without a configured proxy",
+                format!(
+                    "network {} without a worker's end for the call",
+                    plan.network
+                ),
             )
         })?;
-        Some(proxy::open(pid, upstream).await?)
+        Some(proxy::open(pid, end).await?)
     } else {
         None
     };

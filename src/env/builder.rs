@@ -137,6 +137,24 @@ pub struct EnvConfig {
     /// filter, by name (each with `EPERM`).
     #[serde(default)]
     pub refuse_syscalls: Vec<String>,
+    /// Secret names bound to the hosts their values may be sent to: a
+    /// call naming one gets a placeholder, and the call's broker adds the
+    /// value only on the way to those hosts ([`crate::broker`]).
+    #[serde(default)]
+    pub bind: BTreeMap<String, super::Binding>,
+    /// Bindings per user (login name), each replacing `bind`'s entry of
+    /// the same secret for that user.
+    #[serde(default)]
+    pub bind_for_users: BTreeMap<String, BTreeMap<String, super::Binding>>,
+    /// A PEM file of CA certificates the broker trusts for bound hosts
+    /// besides the system's roots (a private CA; the tests' own).
+    #[serde(default)]
+    pub upstream_ca: Option<std::path::PathBuf>,
+    /// Address ranges, by name ([`super::network::ALLOWABLE_RANGES`]),
+    /// that the worker's end of a call holding a bound secret may connect
+    /// to although the egress rules refuse them; none by default.
+    #[serde(default)]
+    pub egress_allow_ranges: Vec<String>,
 }
 
 impl EnvConfig {
@@ -152,6 +170,22 @@ impl EnvConfig {
         }
         for path in &config.hidden_in_home {
             super::home::valid_hidden_path(path).map_err(|e| format!("hidden_in_home: {e}"))?;
+        }
+        for name in &config.egress_allow_ranges {
+            if !super::network::ALLOWABLE_RANGES.contains(&name.as_str()) {
+                return Err(format!(
+                    "egress_allow_ranges: {name:?} is not a range name (one of {})",
+                    super::network::ALLOWABLE_RANGES.join(", ")
+                ));
+            }
+        }
+        if let Some(path) = &config.upstream_ca {
+            if !path.is_absolute() {
+                return Err(format!(
+                    "upstream_ca: {} is not an absolute path",
+                    path.display()
+                ));
+            }
         }
         // The default mode must work: `proxy` needs a proxy the worker can
         // speak to.
@@ -176,6 +210,15 @@ impl EnvConfig {
             ));
         }
         Ok(mode)
+    }
+
+    /// The bindings of `user`'s secrets: `bind`, with `bind_for_users`'s
+    /// entries for that user over it.
+    pub fn bindings(&self) -> super::Bindings {
+        super::Bindings {
+            all: self.bind.clone(),
+            for_users: self.bind_for_users.clone(),
+        }
     }
 
     /// The table entry of `provider`: the config's, else the built-in.

@@ -22,5 +22,7 @@ pub use builder::{
 };
 pub use home::{HomeMode, HomeView};
 pub use name::valid_env_name;
-pub use network::{AllowHosts, Network, ProxyUpstream, CALL_PROXY_ADDR};
+pub use network::{
+    AllowHosts, Network, ProxyUpstream, ALLOWABLE_RANGES, BROKER_ADDR, CALL_PROXY_ADDR,
+};
 pub use provider::{Provider, ProviderSpec};

@@ -20,6 +20,16 @@ use zeroize::Zeroizing;
 /// worker's end of the proxy listens in mode `proxy`.
 pub const CALL_PROXY_ADDR: &str = "127.0.0.1:3128";
 
+/// Where a call holding a bound secret finds its broker, inside the
+/// call's own network namespace: the address its `HTTPS_PROXY` names.
+pub const BROKER_ADDR: &str = "127.0.0.1:3129";
+
+/// The address ranges an operator may let the worker's end of a broker's
+/// call connect to although the egress rules refuse them
+/// (`egress_allow_ranges`), by name; see
+/// [`crate::classify::egress::range_name`].
+pub const ALLOWABLE_RANGES: &[&str] = &["loopback", "private", "link-local"];
+
 /// A call's network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -106,7 +106,20 @@ const RAMFS_MAGIC: i64 = 0x8584_58f6;
 /// first where the host has none) and gives its root to the user, `0700`.
 /// Returns the folder's descriptor, for [`write()`] after the drop.
 pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
+    mount_own_folder(c"credentials", "tono-credentials", uid, gid)
+}
+
+/// As [`mount`], at `/run/NAME`: a folder of the call's own, the user's,
+/// on a fresh `ramfs` (mounted from `source`, as `/proc/self/mountinfo`
+/// shows it) checked to be the one just mounted.
+pub fn mount_own_folder(
+    name: &std::ffi::CStr,
+    source: &str,
+    uid: u32,
+    gid: u32,
+) -> Result<OwnedFd, LaunchError> {
     use std::os::unix::fs::OpenOptionsExt;
+    let path = format!("/run/{}", name.to_string_lossy());
     let run: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -114,10 +127,9 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         .map_err(|e| io_refused("open /run", e))?
         .into();
     let (run, _) = root_folder(run, "/run")?;
-    let name = c"credentials";
     match nix::sys::stat::mkdirat(Some(run.as_raw_fd()), name, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
-        Err(e) => return Err(refused("make /run/credentials", e)),
+        Err(e) => return Err(refused(&format!("make {path}"), e)),
     }
     let below = sys::open_beneath(
         run.as_fd(),
@@ -125,16 +137,16 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         OFlag::O_PATH | OFlag::O_DIRECTORY,
         Mode::empty(),
     )
-    .map_err(|e| io_refused("open /run/credentials (a link is never followed)", e))?;
-    let (below, below_dev) = root_folder(below, CREDENTIALS_DIR)?;
+    .map_err(|e| io_refused(&format!("open {path} (a link is never followed)"), e))?;
+    let (below, below_dev) = root_folder(below, &path)?;
     nix::mount::mount(
-        Some("tono-credentials"),
+        Some(source),
         &fd_path(&below),
         Some("ramfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some("mode=0700"),
     )
-    .map_err(|e| refused("mount a ramfs at /run/credentials", e))?;
+    .map_err(|e| refused(&format!("mount a ramfs at {path}"), e))?;
     // The new mount's root: the same name, looked up again.
     let folder = sys::open_beneath(
         run.as_fd(),
@@ -142,7 +154,7 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         OFlag::O_RDONLY | OFlag::O_DIRECTORY,
         Mode::empty(),
     )
-    .map_err(|e| io_refused("open the call's /run/credentials", e))?;
+    .map_err(|e| io_refused(&format!("open the call's {path}"), e))?;
     // What root gives the user is the ramfs just mounted, nothing moved
     // in its place since: a ramfs, on a device of its own.
     let fs = nix::sys::statfs::fstatfs(&folder).map_err(|e| refused("statfs", e))?;
@@ -153,7 +165,7 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         return Err(LaunchError::new(
             Stage::View,
             "credentials_refused",
-            "/run/credentials is not the ramfs just mounted there; nothing is given to the user",
+            format!("{path} is not the ramfs just mounted there; nothing is given to the user"),
         ));
     }
     nix::unistd::fchown(
@@ -161,7 +173,7 @@ pub fn mount(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
         Some(nix::unistd::Uid::from_raw(uid)),
         Some(nix::unistd::Gid::from_raw(gid)),
     )
-    .map_err(|e| refused("give /run/credentials to the user", e))?;
+    .map_err(|e| refused(&format!("give {path} to the user"), e))?;
     Ok(folder)
 }
 

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod broker;
 pub mod builtin;
 pub mod credentials;
 pub mod drop_held;

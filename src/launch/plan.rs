@@ -65,6 +65,12 @@ impl LaunchPlan {
         matches!(&self.action, Action::Exec(exec) if exec.secrets.iter().any(|s| s.file.is_some()))
     }
 
+    /// Whether the plan's program is given a secret bound to hosts, which
+    /// it gets as a placeholder beside the call's broker ([`super::broker`]).
+    pub fn has_bound_secrets(&self) -> bool {
+        matches!(&self.action, Action::Exec(exec) if exec.secrets.iter().any(|s| s.bound.is_some()))
+    }
+
     /// Whether the launch runs in the call's own namespaces (the private
     /// view of a program or a file tool): the worker starts its launcher in
     /// a PID namespace of its own, and the launcher checks it was.
@@ -77,9 +83,12 @@ impl LaunchPlan {
     /// network other than the host's, for a launch of the private view
     /// (see [`Self::in_own_namespaces`]) or for probes (`verify` tries
     /// each network mode this way).
+    /// A program given a bound secret gets one in every network mode: its
+    /// broker listens there, and no other process of the host reaches it.
     pub fn in_own_network(&self) -> bool {
-        self.network.own_namespace()
-            && (self.in_own_namespaces() || matches!(self.action, Action::Probe { .. }))
+        (self.network.own_namespace() && matches!(self.action, Action::Probe { .. }))
+            || ((self.network.own_namespace() || self.has_bound_secrets())
+                && self.in_own_namespaces())
     }
 
     /// The namespaces the worker starts this plan's launcher in.
@@ -180,6 +189,11 @@ pub struct ExecPlan {
     /// Secrets to unseal, each into its own variable.
     #[serde(default)]
     pub secrets: Vec<SecretBinding>,
+    /// CA certificates (PEM) the call's broker trusts for bound hosts
+    /// besides the system's roots: the operator's `upstream_ca`, read by
+    /// the worker.
+    #[serde(default)]
+    pub upstream_ca: Option<String>,
 }
 
 /// A launched program's environment, by name. A turn's credential or the
@@ -190,6 +204,19 @@ pub struct ExecPlan {
 pub struct PlanEnv(Vec<(String, String)>);
 
 impl PlanEnv {
+    /// Sets `name` to `value`: in its place if it is there (the old value
+    /// wiped), else at the end.
+    pub fn set(&mut self, name: &str, value: String) {
+        use zeroize::Zeroize;
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, old)) => {
+                old.zeroize();
+                *old = value;
+            }
+            None => self.0.push((name.to_string(), value)),
+        }
+    }
+
     /// Adds `name=value` at the end.
     pub fn push(&mut self, name: String, value: String) {
         self.0.push((name, value));
@@ -242,6 +269,11 @@ pub struct SecretBinding {
     /// The file's name in the call's `$CREDENTIALS_DIRECTORY`.
     #[serde(default)]
     pub file: Option<String>,
+    /// The hosts the value may be sent to, decided by root's config: the
+    /// program gets a placeholder, and the call's broker puts the value in
+    /// its place only on the way to these hosts.
+    #[serde(default)]
+    pub bound: Option<crate::env::Binding>,
 }
 
 /// Key store operations (`tono-seal` provisioning commands).
@@ -330,6 +362,7 @@ mod tests {
             cwd: None,
             env: vec![("TURN_TOKEN".to_owned(), "canary-value".to_owned())].into(),
             secrets: Vec::new(),
+            upstream_ca: None,
         };
         let shown = format!("{plan:?}");
         assert!(shown.contains("TURN_TOKEN=…"), "{shown}");

@@ -197,5 +197,6 @@ pub fn run(
         exit_code,
         signal,
         masks: masker.counts(),
+        broker: Vec::new(),
     })
 }

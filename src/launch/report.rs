@@ -102,6 +102,9 @@ pub struct Ended {
     pub signal: Option<i32>,
     /// Masks made in its output, by secret name.
     pub masks: std::collections::BTreeMap<String, u64>,
+    /// Each request the call's broker substituted a value in or refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broker: Vec<crate::broker::serve::BrokerUse>,
 }
 
 /// What the status pipe said, decoded.

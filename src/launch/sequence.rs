@@ -51,6 +51,7 @@ use super::relay;
 use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
 use super::syscall_filter::SyscallFilter;
 use super::view;
+use crate::broker::substitute::BoundSecret;
 use crate::keys::{KeyStore, SecretName};
 use crate::mask::{MaskError, Masker};
 use crate::sys;
@@ -306,6 +307,20 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
             ))
         }
     };
+    // A bound secret's broker: a folder of the call's own for its CA
+    // bundle, made as root, filled as the user (see `broker`).
+    let broker_folder = match (plan.has_bound_secrets(), own_namespaces) {
+        (false, _) => None,
+        (true, true) => Some(super::broker::mount(plan.uid, plan.gid)?),
+        (true, false) => {
+            return Err(LaunchError::new(
+                Stage::View,
+                "binding_needs_private_view",
+                "a secret bound to hosts needs the private view: its broker listens in the \
+                 call's own network namespace and its CA bundle is in the call's own folder",
+            ))
+        }
+    };
     drop_privileges(&plan)?;
     // ── from here on this process is the user ──
     // A keyring of the call's own: the one inherited from the worker (a
@@ -332,7 +347,11 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     filter.install()?;
     match &plan.action {
         Action::Exec(exec) => {
-            exec_program(&plan, exec, status, store, credentials_folder).map(Finish::Ended)
+            let folders = Folders {
+                credentials: credentials_folder,
+                broker: broker_folder,
+            };
+            exec_program(&plan, exec, status, store, folders).map(Finish::Ended)
         }
         Action::Keys { op } => {
             enter_folder(&plan.home, &plan.home)?;
@@ -375,6 +394,14 @@ fn enter_folder(folder: &Path, home: &Path) -> Result<(), LaunchError> {
     })
 }
 
+/// The folders of the call's own a program's launch filled as the user.
+struct Folders {
+    /// Secrets as files ([`credentials`]).
+    credentials: Option<std::os::fd::OwnedFd>,
+    /// The broker's CA bundle ([`super::broker`]).
+    broker: Option<std::os::fd::OwnedFd>,
+}
+
 /// Step 3 for a program: unseal, build the environment, then either
 /// `execve` in place (the shared view: returns only on failure) or start it
 /// behind the masking relay (the private view: returns how it ended).
@@ -383,8 +410,12 @@ fn exec_program(
     exec: &ExecPlan,
     status: &mut File,
     store: Option<std::os::fd::OwnedFd>,
-    credentials_folder: Option<std::os::fd::OwnedFd>,
+    folders: Folders,
 ) -> Result<Ended, LaunchError> {
+    let Folders {
+        credentials: credentials_folder,
+        broker: broker_folder,
+    } = folders;
     let bad = |code: &str, message: String| LaunchError::new(Stage::Plan, code, message);
     if exec.argv.is_empty() {
         return Err(bad("argv_empty", "the program's argv is empty".into()));
@@ -448,6 +479,8 @@ fn exec_program(
     let relayed = plan.in_own_namespaces();
     // The values, for the masker (wiped on drop).
     let mut unsealed: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
+    // The bound ones, for the broker: each value with its placeholder.
+    let mut bound: Vec<BoundSecret> = Vec::new();
     if !exec.secrets.is_empty() {
         let store = match &store {
             Some(fd) => KeyStore::at(view::fd_path(fd)),
@@ -459,7 +492,25 @@ fn exec_program(
         for binding in &exec.secrets {
             let name = SecretName::parse(&binding.name).map_err(unseal_error)?;
             let plain = store.unseal_with(&name, &ids).map_err(unseal_error)?;
-            let value = secrecy::ExposeSecret::expose_secret(&plain);
+            let unsealed_value = secrecy::ExposeSecret::expose_secret(&plain);
+            // A bound secret's program gets its placeholder; the value
+            // stays with the broker.
+            let placeholder = match &binding.bound {
+                Some(hosts) => {
+                    let placeholder = super::broker::placeholder(&binding.name, unsealed_value)?;
+                    bound.push(BoundSecret {
+                        name: binding.name.clone(),
+                        placeholder: placeholder.clone(),
+                        value: Zeroizing::new(unsealed_value.to_vec()),
+                        binding: hosts.clone(),
+                    });
+                    Some(placeholder)
+                }
+                None => None,
+            };
+            let value: &[u8] = placeholder
+                .as_ref()
+                .map_or(unsealed_value, |p| p.as_bytes());
             match (&binding.file, &binding.env, &credentials_folder) {
                 (Some(file), env, Some(folder)) => {
                     credentials::write(folder, file, value)?;
@@ -476,7 +527,10 @@ fn exec_program(
                 }
             }
             if relayed {
-                unsealed.push((binding.name.clone(), Zeroizing::new(value.to_vec())));
+                unsealed.push((
+                    binding.name.clone(),
+                    Zeroizing::new(unsealed_value.to_vec()),
+                ));
             }
         }
         drop(ids);
@@ -487,6 +541,22 @@ fn exec_program(
         credentials::close(folder)?;
         envp.push(plain_entry(CREDENTIALS_VARIABLE, CREDENTIALS_DIR)?);
     }
+    // The broker, before the program: its address is taken and its bundle
+    // written before anything of the user's runs.
+    let broker = match (bound.is_empty(), broker_folder) {
+        (true, _) => None,
+        (false, Some(folder)) => Some(super::broker::start(
+            folder,
+            bound,
+            exec.upstream_ca.as_deref(),
+        )?),
+        (false, None) => {
+            return Err(bad(
+                "binding_needs_private_view",
+                "a secret bound to hosts needs the call's own broker folder".into(),
+            ))
+        }
+    };
     let masker = if relayed {
         let pairs: Vec<(&str, &[u8])> = unsealed
             .iter()
@@ -511,7 +581,17 @@ fn exec_program(
         let ended = relay::run(&program, &argv_refs, &env_refs, masker, status);
         drop(env_refs);
         drop(envp); // wipes every unsealed value
-        return ended;
+        return ended.map(|mut ended| {
+            ended.broker = broker.map(|b| b.uses()).unwrap_or_default();
+            ended
+        });
+    }
+    if broker.is_some() {
+        return Err(bad(
+            "binding_needs_private_view",
+            "a secret bound to hosts needs the call's relay, which only the private view has"
+                .into(),
+        ));
     }
     let _ = status.write_all(&[EXEC_MARK]);
     sys::default_all_signals().map_err(|e| {

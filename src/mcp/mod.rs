@@ -113,10 +113,16 @@ fn prop(kind: &str, description: &str) -> Value {
     json!({ "type": kind, "description": description })
 }
 
+/// The hosts each granted secret is bound to by root's config, by name,
+/// as a model reads them.
+type BoundTo = std::collections::BTreeMap<String, String>;
+
 /// The `secrets` property of a program tool: the granted names as an
 /// `enum` (a name not granted fails the schema before a call is made; no
-/// grant at all allows an empty list only), and which variable each becomes.
-fn secrets_property(grants: &[SecretGrant]) -> Value {
+/// grant at all allows an empty list only), which variable each becomes,
+/// and, for a secret bound to hosts, that the tool holds a placeholder
+/// that works only toward them.
+fn secrets_property(grants: &[SecretGrant], bound: &BoundTo) -> Value {
     let names: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
     if names.is_empty() {
         return json!({
@@ -126,7 +132,15 @@ fn secrets_property(grants: &[SecretGrant]) -> Value {
     }
     let becomes: Vec<String> = grants
         .iter()
-        .map(|g| format!("{} as {}", g.name.as_str(), g.delivery()))
+        .map(|g| match bound.get(g.name.as_str()) {
+            Some(hosts) => format!(
+                "{} as {} (a placeholder: the real value is added only to HTTPS requests \
+                 to {hosts}, through the call's proxy; anywhere else it is refused)",
+                g.name.as_str(),
+                g.delivery()
+            ),
+            None => format!("{} as {}", g.name.as_str(), g.delivery()),
+        })
         .collect();
     json!({
         "type": "array", "uniqueItems": true,
@@ -140,8 +154,8 @@ fn secrets_property(grants: &[SecretGrant]) -> Value {
 
 /// The JSON Schema of a tool kind's arguments and its description (a
 /// program tool's `secrets` from [`secrets_property`]).
-fn describe(kind: ToolKind, grants: &[SecretGrant]) -> (Value, String) {
-    let secrets = secrets_property(grants);
+fn describe(kind: ToolKind, grants: &[SecretGrant], bound: &BoundTo) -> (Value, String) {
+    let secrets = secrets_property(grants, bound);
     let cwd = prop(
         "string",
         "absolute working folder (default: the user's home, or --cwd)",
@@ -200,7 +214,14 @@ fn describe(kind: ToolKind, grants: &[SecretGrant]) -> (Value, String) {
         });
         let becomes: Vec<String> = grants
             .iter()
-            .map(|g| format!("{} → {}", g.name.as_str(), g.delivery()))
+            .map(|g| match bound.get(g.name.as_str()) {
+                Some(hosts) => format!(
+                    "{} → {} (a placeholder, worth its value only in HTTPS requests to {hosts})",
+                    g.name.as_str(),
+                    g.delivery()
+                ),
+                None => format!("{} → {}", g.name.as_str(), g.delivery()),
+            })
             .collect();
         text.push_str(&becomes.join(", "));
     }
@@ -290,12 +311,26 @@ impl McpServer {
         }
     }
 
+    /// The hosts root's config binds each granted secret to, for this
+    /// server's user.
+    fn bound_to(&self) -> BoundTo {
+        let bindings = self.options.env.config.bindings();
+        self.grants
+            .iter()
+            .filter_map(|g| {
+                let binding = bindings.for_user(&self.user.name, g.name.as_str())?;
+                let hosts: Vec<String> = binding.hosts.clone().into();
+                Some((g.name.as_str().to_string(), hosts.join(", ")))
+            })
+            .collect()
+    }
+
     /// The tools the policy offers.
     pub fn tools(&self) -> Vec<Tool> {
         self.policy
             .tools()
             .map(|(name, kind)| {
-                let (schema, text) = describe(kind, &self.grants);
+                let (schema, text) = describe(kind, &self.grants, &self.bound_to());
                 let schema = match schema {
                     Value::Object(map) => map,
                     _ => JsonObject::new(),
@@ -470,7 +505,8 @@ mod tests {
             SecretGrant::parse("api=API_KEY").unwrap(),
             SecretGrant::parse("db").unwrap(),
         ];
-        let with = secrets_property(&grants);
+        let mut bound = BoundTo::new();
+        let with = secrets_property(&grants, &bound);
         assert_eq!(with["items"]["enum"], json!(["api", "db"]));
         assert_eq!(with["uniqueItems"], json!(true));
         let text = with["description"].as_str().unwrap();
@@ -479,12 +515,21 @@ mod tests {
             "{text}"
         );
         // No grant: only the empty list passes (an empty enum is not valid).
-        let none = secrets_property(&[]);
+        let none = secrets_property(&[], &bound);
         assert_eq!(none["maxItems"], json!(0));
         assert!(none["items"].is_null());
-        let (_, text) = describe(ToolKind::Shell, &grants);
+        let (_, text) = describe(ToolKind::Shell, &grants, &bound);
         assert!(text.ends_with("api → $API_KEY, db → $db"), "{text}");
-        let (_, text) = describe(ToolKind::ReadFile, &grants);
+        let (_, text) = describe(ToolKind::ReadFile, &grants, &bound);
         assert!(!text.contains("api"), "{text}");
+        // A bound secret says where its placeholder works.
+        bound.insert("api".into(), "api.example.com, *.example.net".into());
+        let with = secrets_property(&grants, &bound);
+        let text = with["description"].as_str().unwrap();
+        assert!(
+            text.contains("api as $API_KEY (a placeholder: the real value is added only to HTTPS requests to api.example.com, *.example.net")
+                && text.contains("db as $db,") | text.ends_with("db as $db"),
+            "{text}"
+        );
     }
 }

@@ -162,6 +162,7 @@ impl ProviderRun {
                 cwd: None,
                 env: env.into(),
                 secrets: Vec::new(),
+                upstream_ca: None,
             },
             run_env,
             audit: None,

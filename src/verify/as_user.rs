@@ -561,6 +561,7 @@ pub async fn verify(launcher: &Launcher, plan: &VerifyPlan) -> Result<Vec<Probe>
         probes.extend(containment_probes(launcher, first, &options).await);
         probes.extend(network_probes(launcher, first, &options).await);
         probes.extend(side_door_probes(launcher, first, plan.users.get(1), &options).await);
+        probes.push(super::broker::broker_probe(launcher, first, &options).await);
     }
     Ok(probes)
 }

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod as_user;
+pub mod broker;
 pub mod containment;
 pub mod machine;
 pub mod network;
