@@ -144,7 +144,7 @@ pub struct AuditRecord {
     /// Each request the call's broker substituted a bound secret in or
     /// refused; `null` where the call had no broker.
     #[serde(default)]
-    pub broker: Option<Vec<crate::broker::serve::BrokerUse>>,
+    pub broker: Option<Vec<crate::broker::uses::BrokerUse>>,
     /// Bytes of stdout the worker received (after its cap).
     pub stdout_bytes: u64,
     /// Bytes of stderr the worker received (after its cap).

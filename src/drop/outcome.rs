@@ -62,7 +62,7 @@ pub struct Outcome {
     /// Each request the call's broker put a bound secret's value into, or
     /// refused (`placeholder_not_bound`, …); empty without a broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub broker: Vec<crate::broker::serve::BrokerUse>,
+    pub broker: Vec<crate::broker::uses::BrokerUse>,
     /// The secrets the call was given as files in its
     /// `$CREDENTIALS_DIRECTORY` (names only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -104,7 +104,7 @@ pub struct Ended {
     pub masks: std::collections::BTreeMap<String, u64>,
     /// Each request the call's broker substituted a value in or refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub broker: Vec<crate::broker::serve::BrokerUse>,
+    pub broker: Vec<crate::broker::uses::BrokerUse>,
 }
 
 /// What the status pipe said, decoded.
