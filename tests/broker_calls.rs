@@ -1021,6 +1021,7 @@ curl -sS -H "Authorization: Bearer $github_token" -o $F/body-$MODE -w 'code %{ht
         );
         let p = s.text(&format!("placeholder-{mode}"));
         let code = line(&stdout, "code");
+        eprintln!("{mode}: {code}");
         if mode == "none" {
             assert!(code.contains("502"), "{mode}: {stdout}");
         } else {
