@@ -600,6 +600,7 @@ curl -sS --cacert $F/upstream-ca.pem -H "$H" -o $F/b6 -w 'plain %{{http_code}}\n
 grep -rlE -- '-----BEGIN ([A-Z]+ )?PRIVATE KEY-----' /run /tmp /var/tmp /dev/shm "$HOME" 2>/dev/null | sort | sed 's/^/key /'
 tar cf $F/view.tar /run /tmp /var/tmp /dev/shm "$HOME" 2>/dev/null; echo "tar listed $(tar tf $F/view.tar | wc -l)"
 {BROKER_PROBES}
+cat $F/b1 $F/h1
 "#
     );
     let out = s.run(
@@ -801,6 +802,14 @@ tar cf $F/view.tar /run /tmp /var/tmp /dev/shm "$HOME" 2>/dev/null; echo "tar li
     }
     let verify = common::tono(&["audit", "verify", s.audit.log().to_str().unwrap()], b"");
     assert_eq!(verify.status.code(), Some(0), "{}", common::stdout(&verify));
+    // What the tool printed of the echo, as the caller (the model) reads
+    // it, past the launcher's masking relay.
+    let leaked = holds_any_form(stdout.as_bytes(), &s.value);
+    if !leaked.is_empty() {
+        wrong.push(format!(
+            "the call's own output holds the value as {leaked:?}"
+        ));
+    }
     assert!(
         wrong.is_empty(),
         "what the tool got back:\n{}",
