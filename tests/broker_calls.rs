@@ -681,7 +681,8 @@ cat $F/b1 $F/h1
     // The bundle: the system's roots and one more (the call's CA), not
     // the upstream's CA (the broker trusts that, the tool does not).
     let bundle = s.text("bundle.pem");
-    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    // (The broker takes no system roots where Debian's file is absent.)
+    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     let certs = |t: &str| t.matches("-----BEGIN CERTIFICATE-----").count();
     assert_eq!(certs(&bundle), certs(&system) + 1, "{bundle}");
     assert!(!bundle.contains("PRIVATE KEY"));
@@ -881,23 +882,15 @@ PYEOF"#,
                 .map(|m| format!("{file}: {m}")),
         );
     }
-    assert!(
-        wrong.is_empty(),
-        "what the tool got back:\n{}",
-        wrong.join("\n")
-    );
     let headers = s.text("requests-headers");
     assert!(
         headers.contains(&format!("\"X-Echo-Raw\": \"{p}, {p}\""))
             || headers.contains(&format!("\"x-echo-raw\": \"{p}, {p}\"")),
         "{headers}"
     );
-    for file in ["urllib", "requests", "requests-headers"] {
-        assert_eq!(
-            holds_any_form(&s.read(file), &s.value),
-            Vec::<&str>::new(),
-            "{file}"
-        );
+    let leaked = holds_any_form(&s.read("requests-headers"), &s.value);
+    if !leaked.is_empty() {
+        wrong.push(format!("requests-headers holds the value as {leaked:?}"));
     }
     // The tool's own memory: the placeholder and the unbound value (the
     // control), never the bound value.
@@ -908,11 +901,10 @@ PYEOF"#,
         "control: the unbound value in memory"
     );
     assert!(holds(&memory, &p), "the placeholder in memory");
-    assert_eq!(
-        holds_any_form(&memory, &s.value),
-        Vec::<&str>::new(),
-        "the value in memory"
-    );
+    let leaked = holds_any_form(&memory, &s.value);
+    if !leaked.is_empty() {
+        wrong.push(format!("the tool's memory holds the value as {leaked:?}"));
+    }
 
     let api = s.up.requests_to(API_HOST);
     assert_eq!(api.len(), 2, "{api:#?}");
@@ -933,6 +925,11 @@ PYEOF"#,
             "the placeholder reached the server: {r}"
         );
     }
+    assert!(
+        wrong.is_empty(),
+        "what the tool got back:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// `git clone https://x-access-token:$github_token@...` as the user: the
