@@ -76,6 +76,22 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
         );
     }
 
+    // The broker probe, for the first user: its throwaway secret sealed,
+    // bound for the probe, and removed again.
+    let broker = named(
+        &probes,
+        a.name(),
+        "a call given a secret bound to hosts holds only its placeholder",
+    );
+    assert_eq!(broker.len(), 1, "{:?}", failing(&probes));
+    assert_eq!(broker[0]["pass"], true, "{}", broker[0]);
+    let listed = a.sh("ls ~/.tono/secrets");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("k.age") && !listed.contains("tono-verify-broker-probe"),
+        "the user's own secret listed, the throwaway gone: {listed:?}"
+    );
+
     // With --audit, every probe call as a user leaves a receipt.
     let dir = common::AuditDir::new("verify");
     let log = dir.log().display().to_string();
@@ -111,14 +127,21 @@ fn a_correct_set_up_passes_and_each_breakage_fails_its_probe() {
     );
     a.sh("chmod 0700 $HOME");
 
-    // A readable identity (the home still closed: only the mode probe fails).
+    // A readable identity (the home still closed): the mode probe fails,
+    // and the broker probe, whose throwaway secret the store now refuses
+    // to seal, says why (inconclusive); nothing else fails.
     a.sh("chmod 0644 .tono/identity");
     let (code, probes) = verify(&users);
     let f = failing(&probes);
     assert_eq!(code, 1);
     assert!(
-        f.iter()
-            .all(|p| p.contains(".tono/identity has no group/other access")),
+        f.iter().all(|p| {
+            p.contains(".tono/identity has no group/other access")
+                || (p.starts_with("a call given a secret bound to hosts")
+                    && p.contains("identity_insecure"))
+        }) && f
+            .iter()
+            .any(|p| p.contains(".tono/identity has no group/other access")),
         "{f:?}"
     );
     a.sh("chmod 0600 .tono/identity");

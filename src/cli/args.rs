@@ -23,6 +23,10 @@ pub const DOCS: &[(&str, &str)] = &[
         "run, call and serve; what a tool sees; the doors around it; its network",
     ),
     (
+        "docs/broker.md",
+        "secrets bound to hosts: the placeholder and the call's broker",
+    ),
+    (
         "docs/provisioning.md",
         "keys and secrets, the store, the exit codes",
     ),

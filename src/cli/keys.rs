@@ -305,6 +305,7 @@ fn receipt(user: &TargetUser, op: &KeysOp) -> AuditRecord {
         KeysOp::Keygen { .. } => ("keygen", None),
         KeysOp::Recipient => ("recipient", None),
         KeysOp::Seal { name, .. } => ("seal", Some(name)),
+        KeysOp::SealRandom { name, .. } => ("seal_random", Some(name)),
         KeysOp::Import { name } => ("import", Some(name)),
         KeysOp::List => ("list", None),
         KeysOp::Remove { name } => ("remove", Some(name)),

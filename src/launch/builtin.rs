@@ -68,6 +68,27 @@ pub fn keys(store: &KeyStore, op: &KeysOp) -> Result<Value, LaunchError> {
             store.seal(&n, &value).map_err(op_error)?;
             Ok(json!({ "sealed": n.as_str(), "value_bytes": value.len() }))
         }
+        KeysOp::SealRandom { name: n, bytes } => {
+            use rand::Rng;
+            let n = name(n)?;
+            if !(16..=256).contains(bytes) {
+                return Err(LaunchError::new(
+                    Stage::Plan,
+                    "value_length_invalid",
+                    format!("a random value has 16 to 256 bytes, not {bytes}"),
+                ));
+            }
+            const ALPHABET: &[u8] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+            let mut rng = rand::rngs::OsRng;
+            let value: zeroize::Zeroizing<Vec<u8>> = zeroize::Zeroizing::new(
+                (0..*bytes)
+                    .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())])
+                    .collect(),
+            );
+            store.seal(&n, &value).map_err(op_error)?;
+            Ok(json!({ "sealed": n.as_str(), "value_bytes": value.len() }))
+        }
         KeysOp::Import { name: n } => {
             let n = name(n)?;
             let mut stdin = raw_stdio(io::stdin().as_fd())?;

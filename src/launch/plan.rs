@@ -294,6 +294,15 @@ pub enum KeysOp {
         /// Accept an empty value.
         allow_empty: bool,
     },
+    /// Seal a random value of `bytes` printable characters as `name`,
+    /// made by the launcher as the user: no one else ever holds it
+    /// (`verify`'s throwaway secret for its broker probe).
+    SealRandom {
+        /// The secret's name.
+        name: String,
+        /// The value's length (16 to 256).
+        bytes: usize,
+    },
     /// Install the age file on stdin as `name`, after checking it opens.
     Import {
         /// The secret's name.

@@ -1,10 +1,12 @@
 //! The broker probe: a call naming a secret bound to hosts holds only its
 //! placeholder, and cannot read the broker that holds the value.
 //!
-//! Guarantees: the probe uses a secret the probed user already has (the
-//! first its store lists; verify seals nothing and removes nothing), and
+//! Guarantees: the probe has the user's launcher seal a throwaway secret
+//! ([`PROBE_SECRET`], a random value the launcher makes as the user, which
+//! verify never holds) into the user's store, and removes it after; it
 //! binds it, for the probe's calls only, to a host under `.invalid` that
-//! no request can reach. Two calls of the same user run the same script:
+//! no request can reach. A user without a key store gives no evidence
+//! (inconclusive, naming `keygen`). Two calls of the same user run the same script:
 //! a control with the secret unbound, whose environment holds the value,
 //! and the probe with it bound. The script prints the SHA-256 of the
 //! variable and of every value in every `/proc/*/environ` it can read;
@@ -44,9 +46,12 @@ exec perl -e 'for my $w ("self", "1") { for my $p ("environ", "mem") {
   my $r = opendir(my $d, "/proc/$w/fd") ? "ok" : "errno " . ($! + 0); print "$w-fd $r\n" }'
 "#;
 
-/// The first secret `user`'s store lists, if any.
-async fn a_secret_of(launcher: &Launcher, user: &TargetUser) -> Option<String> {
-    let plan = LaunchPlan::for_user(user, Action::Keys { op: KeysOp::List });
+/// The throwaway secret's name in the probed user's store.
+pub const PROBE_SECRET: &str = "tono-verify-broker-probe";
+
+/// Runs a key store operation as `user`; `Ok` if it did, or why not.
+async fn keys(launcher: &Launcher, user: &TargetUser, op: KeysOp) -> Result<(), String> {
+    let plan = LaunchPlan::for_user(user, Action::Keys { op });
     let done = crate::drop::spawn::launch(
         launcher,
         plan,
@@ -55,14 +60,12 @@ async fn a_secret_of(launcher: &Launcher, user: &TargetUser) -> Option<String> {
         std::time::Duration::from_secs(60),
     )
     .await
-    .ok()?;
-    let StatusReport::Done(value) = done.report else {
-        return None;
-    };
-    value["secrets"]
-        .as_array()?
-        .iter()
-        .find_map(|s| s["name"].as_str().map(String::from))
+    .map_err(|e| e.to_string())?;
+    match done.report {
+        StatusReport::Done(_) => Ok(()),
+        StatusReport::Failed(e) => Err(format!("{}: {}", e.code, e.message)),
+        other => Err(format!("{other:?}")),
+    }
 }
 
 async fn run(
@@ -71,9 +74,11 @@ async fn run(
     grant: &SecretGrant,
     options: RunOptions,
 ) -> Outcome {
-    let call =
-        serde_json::to_vec(&serde_json::json!({"tool": "shell", "args": {"command": SCRIPT}}))
-            .unwrap_or_default();
+    let call = serde_json::to_vec(&serde_json::json!({
+        "tool": "shell",
+        "args": {"command": SCRIPT, "secrets": [grant.name.as_str()]}
+    }))
+    .unwrap_or_default();
     drop_and_run(&DropRequest {
         launcher,
         policy: &crate::classify::Policy::default(),
@@ -108,12 +113,38 @@ pub async fn broker_probe(launcher: &Launcher, user: &TargetUser, base: &RunOpti
                  broker's environ, memory and descriptors are refused to it";
     let inconclusive =
         |got: String| Probe::of(user, tried, Expect::Holds, got, Verdict::Inconclusive);
-    let Some(name) = a_secret_of(launcher, user).await else {
+    let name = PROBE_SECRET.to_string();
+    let sealed = keys(
+        launcher,
+        user,
+        KeysOp::SealRandom {
+            name: name.clone(),
+            bytes: 40,
+        },
+    )
+    .await;
+    if let Err(why) = sealed {
         return inconclusive(format!(
-            "{} has no sealed secret to bind (seal one: tono-seal seal --user {} NAME)",
+            "no throwaway secret could be sealed for {} ({why}; a user needs a key store: \
+             tono-seal keygen --user {})",
             user.name, user.name
         ));
-    };
+    }
+    let probe = bound_and_unbound(launcher, user, base, &name).await;
+    let _ = keys(launcher, user, KeysOp::Remove { name }).await;
+    probe
+}
+
+async fn bound_and_unbound(
+    launcher: &Launcher,
+    user: &TargetUser,
+    base: &RunOptions,
+    name: &str,
+) -> Probe {
+    let tried = "a call given a secret bound to hosts holds only its placeholder, and the \
+                 broker's environ, memory and descriptors are refused to it";
+    let inconclusive =
+        |got: String| Probe::of(user, tried, Expect::Holds, got, Verdict::Inconclusive);
     let Ok(grant) = SecretGrant::parse(&format!("{name}={VARIABLE}")) else {
         return inconclusive(format!("the secret name {name:?} cannot be granted"));
     };
@@ -130,7 +161,7 @@ pub async fn broker_probe(launcher: &Launcher, user: &TargetUser, base: &RunOpti
         .bind_for_users
         .entry(user.name.clone())
         .or_default()
-        .insert(name.clone(), Binding { hosts, body: false });
+        .insert(name.to_string(), Binding { hosts, body: false });
     let mut bound_options = unbound.clone();
     bound_options.env.config = Arc::new(config);
     let control = run(launcher, user, &grant, unbound).await;
@@ -164,10 +195,12 @@ pub async fn broker_probe(launcher: &Launcher, user: &TargetUser, base: &RunOpti
         format!(
             "bound call: ${VARIABLE} {} bytes, {}",
             bound_len.unwrap_or("?"),
-            if placeholder_only {
-                "not the value, and the value in no readable environ"
-            } else {
-                "THE VALUE is reachable"
+            match (placeholder_only, bound_hash == Some(value_hash)) {
+                (true, _) => "not the value, and the value in no readable environ",
+                (false, true) => "THE VALUE itself",
+                (false, false) =>
+                    "not a placeholder of the value's length, or the value \
+                                   found in a readable environ",
             }
         ),
         format!(
