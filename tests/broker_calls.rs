@@ -1109,10 +1109,11 @@ fn a_bound_secret_in_the_shared_view_is_refused() {
 }
 
 /// Two calls of one user at once: each its own placeholder and CA; the
-/// one's placeholder sent in the other is refused (403) and never
-/// substituted; each one's own works (the control).
+/// one's placeholder sent in the other is never substituted (the host gets
+/// the placeholder itself, worth nothing to it); each one's own works (the
+/// control).
 #[test]
-fn two_calls_at_once_each_have_their_own_placeholder_and_refuse_the_others() {
+fn two_calls_at_once_each_have_their_own_placeholder_and_never_substitute_the_others() {
     need_root!();
     let s = std::sync::Arc::new(Scene::new("two"));
     let request = r#"curl -sS -H "Authorization: Bearer $1" -o /dev/null -w "$2 %{http_code}\n" "$U/echo?forms=raw""#;
@@ -1170,25 +1171,20 @@ n=0; while [ ! -e $F/a-done ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n+1)); don
         s.text("bundle-b.pem"),
         "each call its own CA"
     );
-    // The value reached the server only with each call's own placeholder:
-    // the other call's placeholder was never substituted, and (refused) it
-    // reached the server not at all.
+    // The value reached the server only for each call's own placeholder.
+    // The other call's placeholder is, to a broker, a string like any
+    // other: it went on as itself, never substituted, so the host got a
+    // worthless placeholder (a real host refuses it as a bad token).
     let api = s.up.requests_to(API_HOST);
-    let with_value = api
-        .iter()
-        .filter(|r| r["authorization"] == format!("Bearer {}", s.value))
-        .count();
-    assert_eq!(with_value, 2, "{api:#?}");
     let carried: Vec<&serde_json::Value> = api.iter().map(|r| &r["authorization"]).collect();
-    assert_eq!(
-        api.len(),
-        2,
-        "the server got also: {carried:?} (A's {pa}, B's {pb})"
-    );
-    // Each own placeholder worked; the other call's was refused.
+    let count = |auth: String| api.iter().filter(|r| r["authorization"] == auth).count();
+    assert_eq!(count(format!("Bearer {}", s.value)), 2, "{carried:?}");
+    assert_eq!(count(format!("Bearer {pa}")), 1, "B sent A's: {carried:?}");
+    assert_eq!(count(format!("Bearer {pb}")), 1, "A sent B's: {carried:?}");
+    assert_eq!(api.len(), 4, "{carried:?}");
     for out in [&a, &b] {
         assert_eq!(line(out, "own"), "own 200", "{out}");
-        assert_eq!(line(out, "others"), "others 403", "{out}");
+        assert_eq!(line(out, "others"), "others 200", "{out}");
     }
 }
 
