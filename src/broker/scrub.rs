@@ -13,7 +13,9 @@
 //! answer its framing. The forms whose characters depend on the value alone
 //! are the ones replaced: a base64 character that mixes the value's first or
 //! last bits with its neighbours' is not (at most 4 bits of one byte at
-//! each end), as in [`crate::mask`].
+//! each end), as in [`crate::mask`] — except at the end of a padded run
+//! (`=` or `==` follows), where the last character's fill bits are zero
+//! and it is replaced too.
 #![forbid(unsafe_code)]
 
 use base64::Engine;
@@ -38,6 +40,20 @@ fn base64_pure(bytes: &[u8], pad: usize, engine: &impl Engine) -> Vec<u8> {
     encoded[first..last].to_vec()
 }
 
+/// The base64 characters of `bytes` placed after `pad` bytes, from the
+/// first that depends on `bytes` alone to the end of a padded run (`=`
+/// or `==` after it): there the last character's fill bits are zero, so
+/// it too is the value's alone. Empty when no padding follows.
+fn base64_to_padding(bytes: &[u8], pad: usize, engine: &impl Engine) -> Vec<u8> {
+    let mut input = vec![0u8; pad];
+    input.extend_from_slice(bytes);
+    let encoded = engine.encode(&input).into_bytes();
+    if !encoded.ends_with(b"=") {
+        return Vec::new();
+    }
+    encoded[(8 * pad).div_ceil(6)..].to_vec()
+}
+
 /// The same-length pairs (value form → placeholder form) of one secret.
 pub fn pairs_of(secret: &BoundSecret) -> Vec<Pair> {
     let (v, p) = (&secret.value[..], secret.placeholder.as_bytes());
@@ -58,6 +74,12 @@ pub fn pairs_of(secret: &BoundSecret) -> Vec<Pair> {
             base64_pure(p, pad, &standard),
         ));
         forms.push((base64_pure(v, pad, &url), base64_pure(p, pad, &url)));
+        for engine in [&standard, &url] {
+            forms.push((
+                base64_to_padding(v, pad, engine),
+                base64_to_padding(p, pad, engine),
+            ));
+        }
     }
     let mut out: Vec<Pair> = Vec::new();
     for (from, to) in forms {
@@ -173,6 +195,25 @@ mod tests {
                 text.contains("ghp_PLACEHOLDER"),
                 "the placeholder stands there"
             );
+        }
+    }
+
+    #[test]
+    fn a_padded_run_ending_with_the_value_keeps_none_of_its_last_bits() {
+        let v = secret().value.to_vec();
+        let p = secret().placeholder.into_bytes();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for lead in ["", "x", "xy"] {
+            let mut wrapped = lead.as_bytes().to_vec();
+            wrapped.extend_from_slice(&v);
+            let mut body = b"b64=".to_vec();
+            body.extend_from_slice(b64.encode(&wrapped).as_bytes());
+            let (out, _) = scrub_split(&body, &[9]);
+            let run = String::from_utf8(out[4..].to_vec()).unwrap();
+            let decoded = b64.decode(&run).unwrap();
+            // Everything after the lead's mixed character is the
+            // placeholder's, to the last byte.
+            assert!(decoded.ends_with(&p[1..]), "{lead:?}: {run}");
         }
     }
 
