@@ -166,8 +166,20 @@ pub fn exchange<T: Read + Write>(
     let req = match parse_request(&head) {
         Ok(req) => req,
         Err(e) => {
+            // Refused before a method or path could be read: on the
+            // record without them.
             let (status, code) = head_refusal(&e);
             let _ = answer(tool, status, code, &e.to_string());
+            state.record(BrokerUse {
+                secrets: Vec::new(),
+                host: host.to_string(),
+                method: String::new(),
+                path: String::new(),
+                status,
+                bytes_up: 0,
+                bytes_down: 0,
+                refused: Some(code.to_string()),
+            });
             return Next::Close;
         }
     };
