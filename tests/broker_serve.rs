@@ -46,6 +46,7 @@ fn serial() -> MutexGuard<'static, ()> {
 
 const VALUE: &str = "ghp_R3alV4lueS3cretXyZ0123456789abcdEFGH";
 const KEY_VALUE: &str = "sk-Another0Secret1Value2For3Other4Host5";
+const BODY_VALUE: &str = "xoxb-Body0Bound1Secret2Value3abcdefXYZ";
 
 /// A certificate authority for the test's upstream, and a leaf of it.
 struct TestCa {
@@ -217,9 +218,10 @@ struct Fixture {
     call_ca_der: rustls::pki_types::CertificateDer<'static>,
     ph: String,
     key_ph: String,
+    body_ph: String,
 }
 
-fn bound(name: &str, value: &str, hosts: &[&str]) -> (BoundSecret, String) {
+fn bound(name: &str, value: &str, hosts: &[&str], body: bool) -> (BoundSecret, String) {
     let ph = shaped_like(value.as_bytes()).unwrap();
     (
         BoundSecret {
@@ -233,7 +235,7 @@ fn bound(name: &str, value: &str, hosts: &[&str]) -> (BoundSecret, String) {
                     .collect::<Vec<_>>()
                     .try_into()
                     .unwrap(),
-                body: false,
+                body,
             },
         },
         ph,
@@ -258,13 +260,15 @@ fn fixture() -> Fixture {
         "github_token",
         VALUE,
         &["api.tono.test", "refuse.tono.test"],
+        false,
     );
-    let (key, key_ph) = bound("api_key", KEY_VALUE, &["other.tono.test"]);
+    let (key, key_ph) = bound("api_key", KEY_VALUE, &["other.tono.test"], false);
+    let (body, body_ph) = bound("body_token", BODY_VALUE, &["api.tono.test"], true);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let broker = start(
         listener,
         BrokerSetup {
-            secrets: vec![gh, key],
+            secrets: vec![gh, key, body],
             ca,
             roots_pem: good.pem.clone().into_bytes(),
             upstream_proxy: forwarder.addr,
@@ -283,6 +287,7 @@ fn fixture() -> Fixture {
         call_ca_der,
         ph,
         key_ph,
+        body_ph,
     }
 }
 
@@ -782,4 +787,86 @@ fn ten_thousand_requests_leave_descriptors_and_memory_flat() {
     assert!(rss1 < rss0 + 1024, "VmRSS grew from {rss0} kB to {rss1} kB");
     assert_eq!(f.up.seen().len(), 12_000);
     let _ = &f.dir;
+}
+
+#[test]
+fn a_body_gets_the_value_only_of_a_secret_bound_for_bodies_chunked_and_after_100_continue() {
+    let _one = serial();
+    let f = fixture();
+    let body = format!(
+        "{{\"bound_for_body\": \"{}\", \"not_for_body\": \"{}\", \"pad\": \"{}\"}}",
+        f.body_ph,
+        f.ph,
+        "x".repeat(3000)
+    );
+    let file = f.dir.path().join("body.json");
+    std::fs::write(&file, &body).unwrap();
+    let data = format!("@{}", file.display());
+    let url = f.url("api.tono.test", f.up.port, "/echo");
+    for extra in [
+        vec!["--data-binary", &data, "-H", "Expect: 100-continue"],
+        vec!["--data-binary", &data, "-H", "Transfer-Encoding: chunked"],
+    ] {
+        let got = f.curl(&f.bundle, &f.ph, &url, &extra);
+        assert_eq!(got.status, 200, "{extra:?}: {}", got.out);
+        if extra.contains(&"Expect: 100-continue") {
+            assert!(
+                got.out.starts_with(
+                    "HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+                ),
+                "{}",
+                got.out
+            );
+        }
+        assert!(!got.out.contains(VALUE) && !got.out.contains(BODY_VALUE));
+        let seen = f.up.seen();
+        let sent = seen.last().unwrap()["body"].as_str().unwrap().to_string();
+        assert_eq!(sent.len(), body.len(), "{extra:?}: the length is kept");
+        assert!(sent.contains(BODY_VALUE), "{extra:?}: {sent:.120}");
+        assert!(!sent.contains(&f.body_ph), "{extra:?}");
+        assert!(
+            sent.contains(&f.ph) && !sent.contains(VALUE),
+            "{extra:?}: a secret not bound for bodies stays a placeholder there"
+        );
+    }
+    let uses = f.broker.uses();
+    assert_eq!(uses.len(), 2);
+    for u in &uses {
+        assert_eq!(u.secrets, ["github_token", "body_token"], "{uses:?}");
+        assert_eq!((u.method.as_str(), u.bytes_up), ("POST", body.len() as u64));
+    }
+}
+
+#[test]
+fn the_sixty_fifth_connection_at_once_is_answered_busy() {
+    let _one = serial();
+    let f = fixture();
+    let held: Vec<TcpStream> = (0..tono_seal::broker::serve::MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(f.broker.local_addr()).unwrap())
+        .collect();
+    for _ in 0..1000 {
+        if f.broker.open_connections() == held.len() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(f.broker.open_connections(), held.len());
+    let mut extra = TcpStream::connect(f.broker.local_addr()).unwrap();
+    let mut answer = String::new();
+    extra.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("broker_busy"), "{answer}");
+    drop(held);
+    settle(&f);
+    // The control: with the places free again, a request passes.
+    let got = f.curl(
+        &f.bundle,
+        &f.ph,
+        &f.url("api.tono.test", f.up.port, "/echo"),
+        &[],
+    );
+    assert_eq!(got.status, 200, "{}", got.out);
 }

@@ -31,6 +31,13 @@ class Handler(BaseHTTPRequestHandler):
     def handle_one(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                body += self.rfile.read(size)
+                self.rfile.readline()
+                if size == 0:
+                    break
         auth = self.headers.get("Authorization") or ""
         LOG.write(json.dumps({
             "method": self.command,
