@@ -870,3 +870,33 @@ fn the_sixty_fifth_connection_at_once_is_answered_busy() {
     );
     assert_eq!(got.status, 200, "{}", got.out);
 }
+
+#[test]
+fn a_head_request_gets_the_hosts_length_and_no_body() {
+    let _one = serial();
+    let f = fixture();
+    let url = f.url("api.tono.test", f.up.port, "/echo");
+    // Twice on one connection: the first answer, without a body, must not
+    // swallow the second.
+    let got = f.curl(&f.bundle, &f.ph, &url, &["-I", &url]);
+    assert_eq!(got.status, 200, "{}", got.out);
+    // One connection: its CONNECT answer printed twice (-I and -D -).
+    assert_eq!(
+        got.out.matches("Connection established").count(),
+        2,
+        "{}",
+        got.out
+    );
+    let len = "token=".len() + "&again=".len() + 2 * f.ph.len();
+    // Each head twice: curl's -I prints it, and -D - again.
+    assert_eq!(
+        got.out
+            .matches(&format!("Content-Length: {len}\r\n"))
+            .count(),
+        4,
+        "{}",
+        got.out
+    );
+    assert_eq!(f.up.seen().len(), 2);
+    assert!(f.up.seen().iter().all(|s| s["method"] == "HEAD"));
+}

@@ -105,7 +105,8 @@ const DROPPED_UP: &[&str] = &[
     "te",
 ];
 
-/// Answer headers not passed on (the broker frames the answer itself).
+/// Answer headers not passed on: hop-by-hop (the first three) and, for an
+/// answer with a body, its framing (the broker frames it itself).
 const DROPPED_DOWN: &[&str] = &[
     "connection",
     "keep-alive",
@@ -440,12 +441,26 @@ fn relay_answer<T: Read + Write>(
         || resp.closes()
         || framing == Framing::ToClose
         || (framing != Framing::None && !out_chunked && out_length.is_none());
-    let mut head = Zeroizing::new(Vec::with_capacity(1024));
+    // Sized up front: a growing Vec would leave unscrubbed copies behind.
+    let size: usize = resp
+        .headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len() + 4)
+        .sum::<usize>()
+        + resp.reason.len()
+        + 128;
+    let mut head = Zeroizing::new(Vec::with_capacity(size));
     head.extend_from_slice(format!("HTTP/1.1 {} ", resp.status).as_bytes());
     head.extend_from_slice(resp.reason.as_bytes());
     head.extend_from_slice(b"\r\n");
     for h in &resp.headers {
-        if DROPPED_DOWN.iter().any(|d| h.is(d)) || (decoded && h.is("content-encoding")) {
+        // Without a body (HEAD, 204, 304) the framing headers describe
+        // what a GET would get and pass as they are.
+        let framing_header = framing != Framing::None && DROPPED_DOWN[3..].iter().any(|d| h.is(d));
+        if DROPPED_DOWN[..3].iter().any(|d| h.is(d))
+            || framing_header
+            || (decoded && h.is("content-encoding"))
+        {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());

@@ -344,7 +344,9 @@ fn tunnel(shared: &Arc<Shared>, mut wire: Wire<TcpStream>, target: &str) {
         return;
     }
     let (tool, far) = (wire.inner, up.inner);
-    tool.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok();
+    // A tunnel may idle as long as its ends like (a long poll, a stream).
+    tool.set_read_timeout(None).ok();
+    far.set_read_timeout(None).ok();
     let (Ok(tool2), Ok(far2)) = (tool.try_clone(), far.try_clone()) else {
         return;
     };
