@@ -900,3 +900,38 @@ fn a_head_request_gets_the_hosts_length_and_no_body() {
     assert_eq!(f.up.seen().len(), 2);
     assert!(f.up.seen().iter().all(|s| s["method"] == "HEAD"));
 }
+
+#[test]
+fn an_answer_in_a_coding_the_broker_cannot_scrub_is_refused_never_passed() {
+    let _one = serial();
+    let f = fixture();
+    let got = f.curl(
+        &f.bundle,
+        &f.ph,
+        &f.url("api.tono.test", f.up.port, "/echo?form=br"),
+        &[],
+    );
+    assert_eq!(got.status, 502, "{}", got.out);
+    assert!(
+        body_of(&got.out)
+            .starts_with("answer_not_scrubbable: the host answered in Content-Encoding \"br\""),
+        "{}",
+        got.out
+    );
+    assert!(!got.out.contains(VALUE) && !got.out.contains("not really brotli"));
+    assert_eq!(f.up.seen()[0]["authorization"], format!("Bearer {VALUE}"));
+    let uses = f.broker.uses();
+    assert_eq!(
+        (uses[0].status, uses[0].refused.as_deref()),
+        (502, Some("answer_not_scrubbable"))
+    );
+    // The control: gzip, which the broker reads, passes scrubbed.
+    let got = f.curl(
+        &f.bundle,
+        &f.ph,
+        &f.url("api.tono.test", f.up.port, "/echo?form=gzip"),
+        &[],
+    );
+    assert_eq!(got.status, 200, "{}", got.out);
+    assert_eq!(body_of(&got.out), format!("token={0}&again={0}", f.ph));
+}
