@@ -27,7 +27,7 @@ use super::head::{parse_request, parse_response, Framing, HeadError, Request};
 use super::scrub::scrubber;
 use super::substitute::{rewrite_head, BodyRewriter, BoundSecret, Refusal};
 use super::upstream::{self, Upstream};
-use super::uses::{path_for_record, BrokerUse, UseLog};
+use super::uses::{host_for_record, path_for_record, BrokerUse, UseLog};
 use super::wire::{Wire, WireError};
 
 /// What every connection of one broker shares.
@@ -173,7 +173,7 @@ pub fn exchange<T: Read + Write>(
             let _ = answer(tool, status, code, &e.to_string());
             state.record(BrokerUse {
                 secrets: Vec::new(),
-                host: host.to_string(),
+                host: host_for_record(host, &state.secrets),
                 method: String::new(),
                 path: String::new(),
                 status,
@@ -188,7 +188,7 @@ pub fn exchange<T: Read + Write>(
         state,
         base: BrokerUse {
             secrets: Vec::new(),
-            host: host.to_string(),
+            host: host_for_record(host, &state.secrets),
             method: req.method.clone(),
             path: path_for_record(&req.target, &state.secrets),
             status: 0,

@@ -33,7 +33,7 @@ use super::head::{parse_request, Request};
 use super::scrub::scrubber;
 use super::substitute::{rewrite_head, BoundSecret, Refusal};
 use super::upstream::{self, UPSTREAM_TIMEOUT};
-use super::uses::{path_for_record, BrokerUse, UseLog};
+use super::uses::{host_for_record, path_for_record, BrokerUse, UseLog};
 use super::wire::Wire;
 
 /// Tool connections served at once.
@@ -421,7 +421,7 @@ fn plain(shared: &Arc<Shared>, mut wire: Wire<TcpStream>, req: &Request) {
             .map_or("/".to_string(), |i| path[i..].to_string());
         shared.state.record(BrokerUse {
             secrets: Vec::new(),
-            host: host.clone(),
+            host: host_for_record(&host, &shared.state.secrets),
             method: req.method.clone(),
             path,
             status: 403,
