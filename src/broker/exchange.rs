@@ -27,7 +27,7 @@ use super::head::{parse_request, parse_response, Framing, HeadError, Request};
 use super::scrub::scrubber;
 use super::substitute::{rewrite_head, BodyRewriter, BoundSecret, Refusal};
 use super::upstream::{self, Upstream};
-use super::uses::{path_for_record, BrokerUse, UseLog};
+use super::uses::{host_for_record, path_for_record, BrokerUse, UseLog};
 use super::wire::{Wire, WireError};
 
 /// What every connection of one broker shares.
@@ -105,7 +105,8 @@ const DROPPED_UP: &[&str] = &[
     "te",
 ];
 
-/// Answer headers not passed on (the broker frames the answer itself).
+/// Answer headers not passed on: hop-by-hop (the first three) and, for an
+/// answer with a body, its framing (the broker frames it itself).
 const DROPPED_DOWN: &[&str] = &[
     "connection",
     "keep-alive",
@@ -166,8 +167,20 @@ pub fn exchange<T: Read + Write>(
     let req = match parse_request(&head) {
         Ok(req) => req,
         Err(e) => {
+            // Refused before a method or path could be read: on the
+            // record without them.
             let (status, code) = head_refusal(&e);
             let _ = answer(tool, status, code, &e.to_string());
+            state.record(BrokerUse {
+                secrets: Vec::new(),
+                host: host_for_record(host, &state.secrets),
+                method: String::new(),
+                path: String::new(),
+                status,
+                bytes_up: 0,
+                bytes_down: 0,
+                refused: Some(code.to_string()),
+            });
             return Next::Close;
         }
     };
@@ -175,7 +188,7 @@ pub fn exchange<T: Read + Write>(
         state,
         base: BrokerUse {
             secrets: Vec::new(),
-            host: host.to_string(),
+            host: host_for_record(host, &state.secrets),
             method: req.method.clone(),
             path: path_for_record(&req.target, &state.secrets),
             status: 0,
@@ -428,12 +441,26 @@ fn relay_answer<T: Read + Write>(
         || resp.closes()
         || framing == Framing::ToClose
         || (framing != Framing::None && !out_chunked && out_length.is_none());
-    let mut head = Zeroizing::new(Vec::with_capacity(1024));
+    // Sized up front: a growing Vec would leave unscrubbed copies behind.
+    let size: usize = resp
+        .headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len() + 4)
+        .sum::<usize>()
+        + resp.reason.len()
+        + 128;
+    let mut head = Zeroizing::new(Vec::with_capacity(size));
     head.extend_from_slice(format!("HTTP/1.1 {} ", resp.status).as_bytes());
     head.extend_from_slice(resp.reason.as_bytes());
     head.extend_from_slice(b"\r\n");
     for h in &resp.headers {
-        if DROPPED_DOWN.iter().any(|d| h.is(d)) || (decoded && h.is("content-encoding")) {
+        // Without a body (HEAD, 204, 304) the framing headers describe
+        // what a GET would get and pass as they are.
+        let framing_header = framing != Framing::None && DROPPED_DOWN[3..].iter().any(|d| h.is(d));
+        if DROPPED_DOWN[..3].iter().any(|d| h.is(d))
+            || framing_header
+            || (decoded && h.is("content-encoding"))
+        {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());

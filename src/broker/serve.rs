@@ -33,7 +33,7 @@ use super::head::{parse_request, Request};
 use super::scrub::scrubber;
 use super::substitute::{rewrite_head, BoundSecret, Refusal};
 use super::upstream::{self, UPSTREAM_TIMEOUT};
-use super::uses::{path_for_record, BrokerUse, UseLog};
+use super::uses::{host_for_record, path_for_record, BrokerUse, UseLog};
 use super::wire::Wire;
 
 /// Tool connections served at once.
@@ -344,7 +344,9 @@ fn tunnel(shared: &Arc<Shared>, mut wire: Wire<TcpStream>, target: &str) {
         return;
     }
     let (tool, far) = (wire.inner, up.inner);
-    tool.set_read_timeout(Some(UPSTREAM_TIMEOUT)).ok();
+    // A tunnel may idle as long as its ends like (a long poll, a stream).
+    tool.set_read_timeout(None).ok();
+    far.set_read_timeout(None).ok();
     let (Ok(tool2), Ok(far2)) = (tool.try_clone(), far.try_clone()) else {
         return;
     };
@@ -419,7 +421,7 @@ fn plain(shared: &Arc<Shared>, mut wire: Wire<TcpStream>, req: &Request) {
             .map_or("/".to_string(), |i| path[i..].to_string());
         shared.state.record(BrokerUse {
             secrets: Vec::new(),
-            host: host.clone(),
+            host: host_for_record(&host, &shared.state.secrets),
             method: req.method.clone(),
             path,
             status: 403,

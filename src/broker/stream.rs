@@ -6,7 +6,8 @@
 //! bytes wait for the next piece and nothing else does; every replacement
 //! keeps the stream's length, so a framed message (`Content-Length`, a
 //! chunk's size) needs no new framing; what is held back, and the stand-ins,
-//! are wiped when dropped.
+//! are wiped when dropped, and the held bytes grow without leaving a copy
+//! in freed memory.
 #![forbid(unsafe_code)]
 
 use zeroize::Zeroizing;
@@ -70,7 +71,7 @@ impl Replacer {
 
     /// Takes the next piece; returns what may be passed on now.
     pub fn push(&mut self, piece: &[u8]) -> Zeroizing<Vec<u8>> {
-        self.held.extend_from_slice(piece);
+        super::wire::extend_wiped(&mut self.held, piece);
         self.replace();
         let cut = self.held.len().saturating_sub(self.keep);
         let ready = Zeroizing::new(self.held[..cut].to_vec());

@@ -30,10 +30,10 @@ pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// The call's network end could not be reached (network `none`).
-    #[error("upstream_unreachable: the call's network end refused the connection: {0}")]
+    #[error("the call's network end refused the connection: {0}")]
     Unreachable(String),
     /// The network end answered the `CONNECT` with something else than 2xx.
-    #[error("upstream_refused: the call's network end answered {status}: {reason}")]
+    #[error("the call's network end answered {status}: {reason}")]
     Refused {
         /// Its status.
         status: u16,
@@ -41,15 +41,15 @@ pub enum UpstreamError {
         reason: String,
     },
     /// The host's certificate failed verification.
-    #[error("upstream_certificate_refused: {0}")]
+    #[error("{0}")]
     Certificate(String),
     /// TLS or the connection failed otherwise.
-    #[error("upstream_failed: {0}")]
+    #[error("{0}")]
     Failed(String),
 }
 
 impl UpstreamError {
-    /// The refusal's code (the first word of its message).
+    /// The refusal's code, which an answer puts before the message.
     pub fn code(&self) -> &'static str {
         match self {
             UpstreamError::Unreachable(_) => "upstream_unreachable",

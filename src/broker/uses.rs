@@ -3,7 +3,8 @@
 //!
 //! Guarantees: a record names secrets, never holds a value or a
 //! placeholder: its path is the request's path without its query,
-//! decoded, with every placeholder in it replaced by `{secret_name}`
+//! decoded, with every placeholder in it replaced by `{secret_name}`, and
+//! so is its host ([`host_for_record`])
 //! ([`path_for_record`]). The log is bounded ([`MAX_USES`] records, then
 //! one summary per secrets, host and refusal, [`MAX_SUMMARIES`] of them,
 //! then a count), so ten thousand requests do not grow it without end,
@@ -97,6 +98,17 @@ pub fn path_for_record(target: &str, secrets: &[BoundSecret]) -> String {
     path
 }
 
+/// A host for the record: a placeholder in it (a tool may make one a
+/// label of a name, in any case) replaced by `{name}`.
+pub fn host_for_record(host: &str, secrets: &[BoundSecret]) -> String {
+    let mut host = host.to_ascii_lowercase();
+    for s in secrets {
+        let ph = s.placeholder.to_ascii_lowercase();
+        host = host.replace(&ph, &format!("{{{}}}", s.name));
+    }
+    host
+}
+
 #[cfg(test)]
 mod tests {
     use zeroize::Zeroizing;
@@ -160,6 +172,10 @@ mod tests {
         assert_eq!(
             path_for_record("/a/ghp_PLACEHOLDER%2bplaceholder0123456789", &s),
             "/a/{github_token}"
+        );
+        assert_eq!(
+            host_for_record("GHP_placeholder+PLACEHOLDER0123456789.evil.example", &s),
+            "{github_token}.evil.example"
         );
     }
 }

@@ -4,7 +4,8 @@
 //! Guarantees: a head is read up to its first empty line and no further
 //! than [`MAX_HEAD_BYTES`]; a line (a chunk's size, a trailer) no further
 //! than [`MAX_LINE_BYTES`]; bytes read past either stay for the next read,
-//! so nothing is lost or read twice; the buffer is `Zeroizing`. A stream
+//! so nothing is lost or read twice; the buffer is `Zeroizing`, and grows
+//! without leaving a copy behind ([`extend_wiped`]). A stream
 //! that ends inside a head or line is an error, never a short head.
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,20 @@ use zeroize::Zeroizing;
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The longest chunk-size or trailer line read.
 pub const MAX_LINE_BYTES: usize = 8 * 1024;
+
+/// Appends `data` to `buf`; when `buf` must grow, its bytes move to a new
+/// allocation and the old one is wiped (a plain `Vec` would leave a copy
+/// of them behind in freed memory).
+pub fn extend_wiped(buf: &mut Zeroizing<Vec<u8>>, data: &[u8]) {
+    let need = buf.len() + data.len();
+    if need > buf.capacity() {
+        let mut grown = Zeroizing::new(Vec::with_capacity(need.max(2 * buf.capacity())));
+        grown.extend_from_slice(buf);
+        // The old allocation is wiped as it drops.
+        *buf = grown;
+    }
+    buf.extend_from_slice(data);
+}
 
 /// Why a head or line could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +83,7 @@ impl<S: Read> Wire<S> {
         self.compact();
         let mut chunk = Zeroizing::new([0u8; 16 * 1024]);
         let n = self.inner.read(&mut chunk[..])?;
-        self.buf.extend_from_slice(&chunk[..n]);
+        extend_wiped(&mut self.buf, &chunk[..n]);
         Ok(n)
     }
 
