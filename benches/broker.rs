@@ -33,7 +33,7 @@ use tono_seal::drop::Launcher;
 use tono_seal::turn::account;
 
 const HOST: &str = "bench.tono.test";
-const UID: u32 = 61970;
+const UID: u32 = 61960;
 const VALUE: &str = "ghp_BenchValue0123456789abcdefghijKL";
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -294,9 +294,17 @@ fn main() {
         writeln!(f, "127.0.0.1 {HOST}").unwrap();
     }
     let (ca_pem, port) = serve();
-    let dir = tempfile::tempdir().unwrap();
+    // Outside /tmp (a call has its own) and readable by the user: the
+    // direct curl trusts the host's CA from there.
+    let dir = tempfile::Builder::new()
+        .prefix("tono-bench-")
+        .tempdir_in("/var/lib")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, ca_pem).unwrap();
+    std::fs::set_permissions(&ca, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let bound = env_config(dir.path(), &ca, true);
     let unbound = env_config(dir.path(), &ca, false);
 
