@@ -953,6 +953,16 @@ impl AuditLog {
         self.synced.load(Ordering::Acquire) >= begun.ticket
     }
 
+    /// Whether an `fsync` of the group commit is running now: a writer
+    /// that finds none makes its own at once (a call alone pays no wait
+    /// for another thread), one that finds one may wait elsewhere.
+    pub fn is_syncing(&self) -> bool {
+        matches!(
+            self.sync.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
     /// How many `fsync`s this worker has made of its log.
     pub fn fsyncs(&self) -> u64 {
         self.fsyncs.load(Ordering::Relaxed)

@@ -55,13 +55,18 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     outcome
 }
 
-/// Runs `write` on the log in tokio's blocking pool, where it may wait
-/// for its `fsync` without holding up the calls the runtime's threads
-/// serve; a writer that did not return is the log's failure.
+/// Runs `write` on the log: here when no `fsync` is running (a call
+/// alone makes its own, as fast as it can), else in tokio's blocking pool,
+/// where it waits for the `fsync` it shares without holding up the calls
+/// the runtime's threads serve; a writer that did not return is the log's
+/// failure.
 async fn off_runtime<T: Send + 'static>(
     log: &Arc<AuditLog>,
     write: impl FnOnce(&AuditLog) -> Result<T, AuditError> + Send + 'static,
 ) -> Result<T, AuditError> {
+    if !log.is_syncing() {
+        return write(log);
+    }
     let log = Arc::clone(log);
     tokio::task::spawn_blocking(move || write(&log))
         .await
