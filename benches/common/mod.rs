@@ -6,8 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// A built binary of this package: benches run from target/release/deps,
-/// the binaries are one level up.
+/// the binaries are one level up — or in `BIN_DIR` when it is set (to time
+/// a copy kept from before a change beside the new build).
 pub fn bin(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().join(name)
 }

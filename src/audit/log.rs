@@ -14,7 +14,12 @@
 //!   [`AuditLog::append`] writes one whole record of something already
 //!   done;
 //! - a record is one `write` of its whole line, then `fsync` (every record,
-//!   or every [`AuditConfig::fsync_every`]); space is held ahead of it: a
+//!   or every [`AuditConfig::fsync_every`]) by group commit: the writer
+//!   that finds its record not yet durable takes the one sync lock and
+//!   `fsync`s for every record written before it began, so calls in flight
+//!   share one `fsync` — and no record is counted durable
+//!   ([`AuditLog::is_durable`]) before an `fsync` that began after its
+//!   write has returned; space is held ahead of it: a
 //!   begin or whole record is written only once `fallocate` has reserved,
 //!   past the end of the file, room for it, for the end record of every
 //!   call this worker has begun and not ended (each bounded by its begin
@@ -51,7 +56,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::chain::{line_hash, rotated_name, rotated_number, seq_and_prev};
 use super::record::{AuditRecord, Phase, GENESIS, SCHEMA_VERSION};
@@ -120,6 +125,8 @@ pub struct Begun {
     pub call_id: String,
     /// The bytes held for its end record.
     bound: u64,
+    /// Its begin record's place among the records this log has written.
+    ticket: u64,
 }
 
 /// Why the audit log could not be opened or written.
@@ -226,6 +233,19 @@ enum Room {
     Reserved,
 }
 
+/// When a record is made durable.
+#[derive(Clone, Copy)]
+enum Commit {
+    /// `fsync` here, under the locks (a record of a failure).
+    Inline,
+    /// The caller waits, once the locks are let go, for an `fsync` that
+    /// covers it ([`AuditLog::durable`]).
+    Group,
+    /// As `Group` once [`AuditConfig::fsync_every`] records are not yet
+    /// durable, else not waited for.
+    Batched,
+}
+
 /// How a worker writes its log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditConfig {
@@ -250,12 +270,13 @@ impl AuditConfig {
 }
 
 struct Active {
-    file: File,
+    /// Shared with the group commit, which `fsync`s it outside the state's
+    /// lock.
+    file: Arc<File>,
     inode: u64,
     size: u64,
     /// The last record's `seq` and hash; `None` before the first record.
     last: Option<(u64, String)>,
-    unsynced: u32,
 }
 
 /// What a worker knows of its log, across reopened files.
@@ -267,6 +288,9 @@ struct State {
     broken: Option<String>,
     /// Set when a reservation failed: no call begins.
     full: Option<String>,
+    /// Records this worker has written to the log (whole, in any file):
+    /// each record's ticket is the count once it is written.
+    written: u64,
 }
 
 /// An open audit log, shared by every call of a worker.
@@ -276,6 +300,13 @@ pub struct AuditLog {
     config: AuditConfig,
     active: Mutex<State>,
     calls: AtomicU64,
+    /// The group commit's lock, taken before the state's (never while it is
+    /// held); `Some` once an `fsync` failed: nothing is durable after it.
+    sync: Mutex<Option<String>>,
+    /// Every record with a ticket up to this one is durable.
+    synced: AtomicU64,
+    /// `fsync`s made, for the benches and tests.
+    fsyncs: AtomicU64,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -390,8 +421,12 @@ impl AuditLog {
                 pending_ends: 0,
                 broken: None,
                 full: None,
+                written: 0,
             }),
             calls: AtomicU64::new(0),
+            sync: Mutex::new(None),
+            synced: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
         };
         Ok(log)
     }
@@ -420,11 +455,10 @@ impl AuditLog {
         }
         let inode = file.metadata().map_err(|e| io_err("stat", e))?.ino();
         Ok(Active {
-            file,
+            file: Arc::new(file),
             inode,
             size,
             last,
-            unsynced: 0,
         })
     }
 
@@ -510,7 +544,21 @@ impl AuditLog {
     /// is recorded (a whole record of this call, `reason_code`
     /// `audit_unavailable`, `launch_error` `audit_full`) in the reserve
     /// and no later call begins.
-    pub fn begin(&self, mut record: AuditRecord) -> Result<Begun, AuditError> {
+    pub fn begin(&self, record: AuditRecord) -> Result<Begun, AuditError> {
+        let (begun, wait) = self.begin_written(record)?;
+        // Not durable: the call does not start (the log is broken).
+        self.durable(wait)?;
+        begun
+    }
+
+    /// [`AuditLog::begin`] up to the write: the begun call (or its
+    /// refusal, recorded) and the ticket to wait for, once the locks are
+    /// let go.
+    #[allow(clippy::type_complexity)]
+    fn begin_written(
+        &self,
+        mut record: AuditRecord,
+    ) -> Result<(Result<Begun, AuditError>, u64), AuditError> {
         let mut state = self.writable_state()?;
         let _lock = self.dir.lock()?;
         record.phase = Phase::Begin;
@@ -529,9 +577,13 @@ impl AuditLog {
             refusal.reason_code = "audit_unavailable".into();
             refusal.launch_error = Some(e.code().into());
             fit(&mut refusal, MAX_RECORD);
-            return match self.write_locked(&mut state, &mut refusal, Room::Grow { extra: 0 }, true)
-            {
-                Ok(_) => Err(e),
+            return match self.write_locked(
+                &mut state,
+                &mut refusal,
+                Room::Grow { extra: 0 },
+                Commit::Group,
+            ) {
+                Ok((_, ticket)) => Ok((Err(e), ticket)),
                 Err(WriteError::NoRoom(full)) => {
                     state.full = Some(full.to_string());
                     self.write_failure_locked(&mut state, refusal);
@@ -543,14 +595,23 @@ impl AuditLog {
                 }
             };
         }
-        match self.write_locked(&mut state, &mut record, Room::Grow { extra: bound }, true) {
-            Ok(seq) => {
+        match self.write_locked(
+            &mut state,
+            &mut record,
+            Room::Grow { extra: bound },
+            Commit::Group,
+        ) {
+            Ok((seq, ticket)) => {
                 state.pending_ends += bound;
-                Ok(Begun {
-                    seq,
-                    call_id: record.call_id,
-                    bound,
-                })
+                Ok((
+                    Ok(Begun {
+                        seq,
+                        call_id: record.call_id,
+                        bound,
+                        ticket,
+                    }),
+                    ticket,
+                ))
             }
             Err(WriteError::NoRoom(e)) => {
                 state.full = Some(e.to_string());
@@ -572,7 +633,15 @@ impl AuditLog {
     /// Writes the end record of `begun` (`phase` `end`, its `begin_seq`
     /// and `call_id`) into the room held for it; also once the log is
     /// full.
-    pub fn end(&self, begun: Begun, mut record: AuditRecord) -> Result<u64, AuditError> {
+    pub fn end(&self, begun: Begun, record: AuditRecord) -> Result<u64, AuditError> {
+        let (seq, wait) = self.end_written(begun, record)?;
+        self.durable(wait)?;
+        Ok(seq)
+    }
+
+    /// [`AuditLog::end`] up to the write: its `seq` and the ticket to wait
+    /// for (0: none).
+    fn end_written(&self, begun: Begun, mut record: AuditRecord) -> Result<(u64, u64), AuditError> {
         let mut state = self.state()?;
         state.pending_ends = state.pending_ends.saturating_sub(begun.bound);
         if let Some(why) = &state.broken {
@@ -591,8 +660,8 @@ impl AuditLog {
             }
             code.truncate(at);
         }
-        match self.write_locked(&mut state, &mut record, Room::Reserved, false) {
-            Ok(seq) => Ok(seq),
+        match self.write_locked(&mut state, &mut record, Room::Reserved, Commit::Batched) {
+            Ok(written) => Ok(written),
             Err(WriteError::NoRoom(e) | WriteError::Other(e)) => {
                 state.broken = Some(e.to_string());
                 Err(e)
@@ -605,17 +674,31 @@ impl AuditLog {
     /// `worker_pid`, `prev`, and `call_id` if empty). Returns its `seq`.
     /// When no room can be held for it, it is written into the failure
     /// reserve (it happened) and no later call begins.
-    pub fn append(&self, mut record: AuditRecord) -> Result<u64, AuditError> {
+    pub fn append(&self, record: AuditRecord) -> Result<u64, AuditError> {
+        let (seq, wait) = self.append_written(record)?;
+        self.durable(wait)?;
+        Ok(seq)
+    }
+
+    /// [`AuditLog::append`] up to the write: its `seq` and the ticket to
+    /// wait for (0: none).
+    fn append_written(&self, mut record: AuditRecord) -> Result<(u64, u64), AuditError> {
         let mut state = self.writable_state()?;
         let _lock = self.dir.lock()?;
         record.phase = Phase::Whole;
         record.begin_seq = None;
         fit(&mut record, MAX_RECORD);
-        match self.write_locked(&mut state, &mut record, Room::Grow { extra: 0 }, false) {
-            Ok(seq) => Ok(seq),
+        match self.write_locked(
+            &mut state,
+            &mut record,
+            Room::Grow { extra: 0 },
+            Commit::Batched,
+        ) {
+            Ok(written) => Ok(written),
             Err(WriteError::NoRoom(e)) => {
                 state.full = Some(e.to_string());
                 self.write_failure_locked(&mut state, record)
+                    .map(|seq| (seq, 0))
                     .ok_or_else(|| AuditError::Broken(e.to_string()))
             }
             Err(WriteError::Other(e)) => {
@@ -629,8 +712,8 @@ impl AuditLog {
     /// fit it; a failed write breaks the log.
     fn write_failure_locked(&self, state: &mut State, mut record: AuditRecord) -> Option<u64> {
         fit(&mut record, FAILURE_RESERVE);
-        match self.write_locked(state, &mut record, Room::Reserved, true) {
-            Ok(seq) => Some(seq),
+        match self.write_locked(state, &mut record, Room::Reserved, Commit::Inline) {
+            Ok((seq, _)) => Some(seq),
             Err(WriteError::NoRoom(e) | WriteError::Other(e)) => {
                 state.broken = Some(e.to_string());
                 None
@@ -638,28 +721,34 @@ impl AuditLog {
         }
     }
 
+    /// Writes `record` (the caller holds the state and the folder lock);
+    /// its `seq` and the ticket to wait for with [`AuditLog::durable`]
+    /// once the locks are let go (0: none).
     fn write_locked(
         &self,
         state: &mut State,
         record: &mut AuditRecord,
         room: Room,
-        sync: bool,
-    ) -> Result<u64, WriteError> {
+        commit: Commit,
+    ) -> Result<(u64, u64), WriteError> {
         let path = &self.config.path;
         let io_err = |what, source| AuditError::Io {
             path: path.clone(),
             what,
             source,
         };
+        let written = state.written;
         let active = &mut state.active;
         // Another worker may have written or rotated since.
         if self.dir.inode_of(&self.name)? != Some(active.inode) {
+            self.sync_before_leaving(active, written)?;
             *active = Self::open_active(&self.dir, &self.name, path)?;
         } else {
             let size = active.file.metadata().map_err(|e| io_err("stat", e))?.len();
             if size != active.size {
                 let (last, torn) = read_tail(&active.file, size, path)?;
                 if torn {
+                    self.sync_before_leaving(active, written)?;
                     *active = Self::open_active(&self.dir, &self.name, path)?;
                 } else {
                     active.size = size;
@@ -692,7 +781,7 @@ impl AuditLog {
                 })
             };
             if active.size > 0 && active.size + line.len() as u64 > self.config.max_bytes {
-                active.file.sync_data().map_err(|e| io_err("fsync", e))?;
+                self.sync_before_leaving(active, written)?;
                 // The next file is made and its room held under another
                 // name first, while the old file's reserve still holds the
                 // ends of the calls in flight: when it cannot be held, the
@@ -728,8 +817,8 @@ impl AuditLog {
         }
         // One write of the whole line: O_APPEND places it at the end.
         let before = active.size;
-        let written = active.file.write(&line);
-        let failed = match written {
+        let wrote = (&*active.file).write(&line);
+        let failed = match wrote {
             Ok(n) if n == line.len() => None,
             Ok(n) => Some(io::Error::other(format!(
                 "short write: {n} of {} bytes",
@@ -750,12 +839,26 @@ impl AuditLog {
             return Err(WriteError::Other(io_err(what, e)));
         }
         active.size += line.len() as u64;
-        active.unsynced += 1;
-        if sync || active.unsynced >= self.config.fsync_every.max(1) {
-            active.file.sync_data().map_err(|e| io_err("fsync", e))?;
-            active.unsynced = 0;
-        }
+        let ticket = written + 1;
+        let wait = match commit {
+            Commit::Inline => {
+                active.file.sync_data().map_err(|e| io_err("fsync", e))?;
+                self.fsyncs.fetch_add(1, Ordering::Relaxed);
+                self.synced.fetch_max(ticket, Ordering::AcqRel);
+                0
+            }
+            Commit::Group => ticket,
+            Commit::Batched => {
+                let behind = ticket - self.synced.load(Ordering::Acquire).min(ticket);
+                if behind >= u64::from(self.config.fsync_every.max(1)) {
+                    ticket
+                } else {
+                    0
+                }
+            }
+        };
         active.last = Some((record.seq, hash));
+        state.written = ticket;
         // The same receipt as an event with fields (not a formatted
         // string), for a collector behind `tracing`.
         tracing::info!(
@@ -778,7 +881,91 @@ impl AuditLog {
             launch_error = record.launch_error.as_deref(),
             "receipt"
         );
-        Ok(record.seq)
+        Ok((record.seq, wait))
+    }
+
+    /// Before the active file is let go (rotated, or replaced by one
+    /// another worker made): its records not yet durable are `fsync`ed,
+    /// so every record up to `written` is durable.
+    fn sync_before_leaving(&self, active: &Active, written: u64) -> Result<(), AuditError> {
+        if self.synced.load(Ordering::Acquire) >= written {
+            return Ok(());
+        }
+        active.file.sync_data().map_err(|e| AuditError::Io {
+            path: self.config.path.clone(),
+            what: "fsync",
+            source: e,
+        })?;
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.synced.fetch_max(written, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Returns once the record of `ticket` is durable (0: at once): the
+    /// group commit. The first waiter to take the sync lock `fsync`s for
+    /// every record written before it did; those who waited behind it find
+    /// theirs covered, or `fsync` once for all that came since. A failed
+    /// `fsync` breaks the log: no later record counts as durable.
+    fn durable(&self, ticket: u64) -> Result<(), AuditError> {
+        if ticket == 0 || self.synced.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        let mut failed = self
+            .sync
+            .lock()
+            .map_err(|_| AuditError::Broken("a writer panicked".into()))?;
+        if let Some(why) = &*failed {
+            return Err(AuditError::Broken(why.clone()));
+        }
+        if self.synced.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        // Every record up to `written` is in `file` or in a file let go
+        // (and made durable) before it.
+        let (file, written) = {
+            let state = self.state()?;
+            (Arc::clone(&state.active.file), state.written)
+        };
+        match file.sync_data() {
+            Ok(()) => {
+                self.fsyncs.fetch_add(1, Ordering::Relaxed);
+                self.synced.fetch_max(written, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(source) => {
+                let e = AuditError::Io {
+                    path: self.config.path.clone(),
+                    what: "fsync",
+                    source,
+                };
+                *failed = Some(e.to_string());
+                if let Ok(mut state) = self.state() {
+                    state.broken = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether `begun`'s begin record is durable: an `fsync` that began
+    /// after its write returned has succeeded.
+    pub fn is_durable(&self, begun: &Begun) -> bool {
+        self.synced.load(Ordering::Acquire) >= begun.ticket
+    }
+
+    /// Whether an `fsync` of the group commit is running now: a writer
+    /// that finds none makes its own at once (a call alone pays no wait
+    /// for another thread), one that finds one may wait elsewhere.
+    pub fn is_syncing(&self) -> bool {
+        matches!(
+            self.sync.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
+    /// How many `fsync`s this worker has made of its log.
+    pub fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
     }
 }
 
@@ -811,7 +998,7 @@ fn reserve(file: &File, offset: u64, len: u64) -> io::Result<()> {
 impl Drop for AuditLog {
     fn drop(&mut self) {
         if let Ok(state) = self.active.get_mut() {
-            let _ = state.active.file.flush();
+            let _ = (&*state.active.file).flush();
             let _ = state.active.file.sync_data();
         }
     }

@@ -17,6 +17,9 @@ use super::launch_as::{launch_as, outcome_of};
 use super::outcome::Outcome;
 use super::receipt::{begin_record, receipt, requested_secrets, secrets_as_files};
 use super::request::DropRequest;
+use std::sync::Arc;
+
+use crate::audit::{AuditError, AuditLog};
 use crate::classify::{classify_raw, Verdict, VerdictKind};
 use crate::env::EnvBuilder;
 use crate::launch::report::{LaunchError, Stage};
@@ -37,11 +40,13 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     let mut gate = Gate::Open(log);
     let outcome = run_call(req, &mut requested, &mut gate).await;
     let record = receipt(req, &outcome, requested, started.elapsed());
+    // Off the runtime's threads: a record waits for its `fsync`, which
+    // the calls in flight share (the log's group commit).
     let written = match gate {
-        Gate::Begun(begun) => log.end(begun, record).map(drop),
+        Gate::Begun(begun) => off_runtime(log, move |log| log.end(begun, record)).await,
         // Its refusal is in the log already, written by `begin`.
-        Gate::Refused => Ok(()),
-        Gate::Open(_) | Gate::None => log.append(record).map(drop),
+        Gate::Refused => Ok(0),
+        Gate::Open(_) | Gate::None => off_runtime(log, move |log| log.append(record)).await,
     };
     if let Err(e) = written {
         // Later calls are refused by the check above.
@@ -50,12 +55,34 @@ pub async fn drop_and_run(req: &DropRequest<'_>) -> Outcome {
     outcome
 }
 
+/// Runs `write` on the log: here when no `fsync` is running (a call
+/// alone makes its own, as fast as it can), else in tokio's blocking pool,
+/// where it waits for the `fsync` it shares without holding up the calls
+/// the runtime's threads serve; a writer that did not return is the log's
+/// failure.
+async fn off_runtime<T: Send + 'static>(
+    log: &Arc<AuditLog>,
+    write: impl FnOnce(&AuditLog) -> Result<T, AuditError> + Send + 'static,
+) -> Result<T, AuditError> {
+    if !log.is_syncing() {
+        return write(log);
+    }
+    let log = Arc::clone(log);
+    tokio::task::spawn_blocking(move || write(&log))
+        .await
+        .unwrap_or_else(|e| {
+            Err(AuditError::Broken(format!(
+                "the receipt's writer failed: {e}"
+            )))
+        })
+}
+
 /// Where a call stands with its receipt.
 enum Gate<'a> {
     /// No audit log.
     None,
     /// A log, and no begin record yet.
-    Open(&'a crate::audit::AuditLog),
+    Open(&'a Arc<AuditLog>),
     /// The begin record is written.
     Begun(crate::audit::Begun),
     /// The begin record could not be written: nothing ran.
@@ -64,16 +91,16 @@ enum Gate<'a> {
 
 /// The outcome of a call refused because its receipt could not be
 /// written: nothing was launched.
-fn audit_refusal(e: &crate::audit::AuditError, tool: Option<String>) -> Outcome {
+fn audit_refusal(e: &AuditError, tool: Option<String>) -> Outcome {
     let refusal = Verdict::refuse("audit_unavailable", e.to_string());
     let error = LaunchError::new(Stage::Plan, e.code(), e.to_string());
     Outcome::not_run(&refusal, tool, Some(error))
 }
 
-/// Writes the call's begin record where there is a log; `Err` is the
-/// refusal to return instead of running anything.
+/// Writes the call's begin record where there is a log and waits until it
+/// is durable; `Err` is the refusal to return instead of running anything.
 #[allow(clippy::too_many_arguments)]
-fn begin(
+async fn begin(
     gate: &mut Gate<'_>,
     req: &DropRequest<'_>,
     verdict: &Verdict,
@@ -86,7 +113,7 @@ fn begin(
         return Ok(());
     };
     let record = begin_record(req, verdict, tool.clone(), requested, network, view);
-    match log.begin(record) {
+    match off_runtime(log, move |log| log.begin(record)).await {
         Ok(begun) => {
             *gate = Gate::Begun(begun);
             Ok(())
@@ -115,7 +142,8 @@ async fn run_call(
         VerdictKind::Refuse => return Outcome::not_run(&verdict, tool, None),
         #[cfg(feature = "read-tool")]
         VerdictKind::Stay => {
-            if let Err(refused) = begin(gate, req, &verdict, &tool, requested, "host", "host") {
+            if let Err(refused) = begin(gate, req, &verdict, &tool, requested, "host", "host").await
+            {
                 return *refused;
             }
             return stay_read(&verdict, &call, req).await;
@@ -164,7 +192,9 @@ async fn run_call(
         requested,
         &network.to_string(),
         &view,
-    ) {
+    )
+    .await
+    {
         return *refused;
     }
     let launched = launch_as(
