@@ -430,3 +430,119 @@ fn without_a_memory_cgroup_the_address_space_limit_holds() {
     assert_ne!(out.exit_code, Some(0), "{out:?}");
     assert!(out.stderr.contains("Out of memory"), "{out:?}");
 }
+
+/// A worker at the root of a private cgroup namespace (a container's
+/// `--cgroupns=private` with a writable `/sys/fs/cgroup`) delegates `pids`
+/// and `memory` to itself (`contain/delegate.rs`): the call's own cgroup
+/// has its `pids.max`, as on a host. The namespace's root here is a cgroup
+/// of the test's own, holding the worker, where enabling a controller for
+/// children fails with `EBUSY` until the worker moves its processes into
+/// a leaf. Only a pure cgroup v2 host can make such a namespace; elsewhere
+/// (a hybrid host) it is a loud SKIPPED and runs in the Debian guest.
+#[test]
+fn a_worker_at_a_private_cgroup_namespaces_root_delegates_to_itself() {
+    need_root!();
+    let pure_v2 = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "))
+    });
+    let root_gives =
+        std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").unwrap_or_default();
+    if !pure_v2 || !root_gives.contains("pids") || !root_gives.contains("memory") {
+        eprintln!(
+            "\n*** SKIPPED {}: /sys/fs/cgroup is not a cgroup v2 root giving pids and memory \
+             (a hybrid host); this runs in the Debian 12 guest (tests/vm/run) ***\n",
+            module_path!()
+        );
+        return;
+    }
+    let u = TestUser::with_key();
+    let ns_root =
+        std::path::PathBuf::from(format!("/sys/fs/cgroup/tonotest-ns-{}", std::process::id()));
+    std::fs::create_dir(&ns_root).unwrap();
+    let controllers = std::fs::read_to_string(ns_root.join("cgroup.controllers")).unwrap();
+    assert!(
+        controllers.contains("pids") && controllers.contains("memory"),
+        "{controllers}"
+    );
+    // What the call says of its own cgroup: its path in the namespace, and
+    // that cgroup's pids.max. The scripts are files (no nested quoting),
+    // where the user can read them.
+    let scripts = tempfile::Builder::new()
+        .prefix("tonotest-ns-")
+        .tempdir_in("/var/lib")
+        .unwrap();
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(scripts.path(), 0o755);
+    let tool = scripts.path().join("tool.sh");
+    std::fs::write(
+        &tool,
+        "read -r line < /proc/self/cgroup; p=${line#0::}; echo \"cgroup $p\"\n\
+         cat /sys/fs/cgroup$p/pids.max 2>&1 | sed 's/^/pids.max /'\n",
+    )
+    .unwrap();
+    mode(&tool, 0o644);
+    let inside = scripts.path().join("inside.sh");
+    std::fs::write(
+        &inside,
+        format!(
+            "umount -l /sys/fs/cgroup && mount -t cgroup2 tonotest-ns /sys/fs/cgroup || exit 3\n\
+             exec {tono} run --user {user} -- /bin/sh {tool}\n",
+            tono = common::tono_bin().display(),
+            user = u.name(),
+            tool = tool.display(),
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {procs} && exec unshare --cgroup --mount --propagation private /bin/sh {inside}",
+            procs = ns_root.join("cgroup.procs").display(),
+            inside = inside.display(),
+        ))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let leaf = std::fs::read_to_string(ns_root.join("tono-worker/cgroup.procs"));
+    let enabled = std::fs::read_to_string(ns_root.join("cgroup.subtree_control"));
+    // Clean up: nothing runs there any more; the folders go, deepest first.
+    let mut dirs: Vec<std::path::PathBuf> = walk(&ns_root);
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in dirs {
+        let _ = std::fs::remove_dir(&d);
+    }
+    assert!(out.status.success(), "{said}{}", common::stderr(&out));
+    assert!(
+        said.lines().any(|l| l.starts_with("cgroup /tono/call-")),
+        "the call ran in a call cgroup of the namespace: {said}"
+    );
+    assert!(
+        said.lines().any(|l| l
+            .strip_prefix("pids.max ")
+            .is_some_and(|n| n.parse::<u64>().is_ok())),
+        "the call's cgroup has its pids.max (not 'max', not missing): {said}"
+    );
+    assert!(
+        enabled
+            .as_deref()
+            .is_ok_and(|e| e.contains("pids") && e.contains("memory")),
+        "the namespace's root gives pids and memory to its children: {enabled:?}"
+    );
+    assert!(leaf.is_ok(), "the worker moved into its leaf: {leaf:?}");
+}
+
+/// Every folder under `dir`, itself included.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(walk(&e.path()));
+            }
+        }
+    }
+    out
+}

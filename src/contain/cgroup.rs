@@ -39,13 +39,14 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::cgroupfs::{make_cgroup_dir, write_file, CGROUP_DIR_MODE};
 use super::limits::{AppliedLimits, Counters};
 use super::mounts::{untracked, Mounts};
 
@@ -115,18 +116,6 @@ pub struct CallCgroup {
     killed: Mutex<HashSet<u32>>,
 }
 
-/// The mode of every cgroup folder the worker makes: root's, searchable,
-/// never writable by others, whatever the worker's umask (cgroupfs takes
-/// the mode of `mkdir` after the umask, so a worker started with umask 0
-/// made folders a user could make cgroups in).
-const CGROUP_DIR_MODE: u32 = 0o755;
-
-/// Makes the cgroup folder `dir` with exactly [`CGROUP_DIR_MODE`].
-fn make_cgroup_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().mode(CGROUP_DIR_MODE).create(dir)?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(CGROUP_DIR_MODE))
-}
-
 fn ensure_base(mount: &Path) -> io::Result<PathBuf> {
     let base = mount.join(BASE_NAME);
     match make_cgroup_dir(&base) {
@@ -145,6 +134,12 @@ fn ensure_base(mount: &Path) -> io::Result<PathBuf> {
 /// that does not, like a hybrid one, refuses and calls use v1 or rlimits).
 fn ensure_v2_base(mount: &Path) -> io::Result<PathBuf> {
     static ENABLED: std::sync::Once = std::sync::Once::new();
+    static DELEGATED: std::sync::Once = std::sync::Once::new();
+    // At a private cgroup namespace's root, the controllers must first be
+    // enabled for the base's parent, the namespace's root itself.
+    DELEGATED.call_once(|| {
+        super::delegate::delegate_to_self(mount);
+    });
     let base = ensure_base(mount)?;
     ENABLED.call_once(|| {
         for controller in ["+pids", "+memory"] {
@@ -172,14 +167,6 @@ fn counter(path: &Path, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn write_file(path: &Path, text: &str) -> io::Result<()> {
-    fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?
-        .write_all(text.as_bytes())
 }
 
 impl CallCgroup {

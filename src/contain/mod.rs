@@ -16,7 +16,9 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod cgroupfs;
 pub mod dead_workers;
+pub mod delegate;
 pub mod limits;
 pub mod mounts;
 pub mod sweep;
