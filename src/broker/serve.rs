@@ -448,7 +448,10 @@ fn plain(shared: &Arc<Shared>, mut wire: Wire<TcpStream>, req: &Request) {
         }
     };
     let mut up = match TcpStream::connect(shared.state.upstream_proxy) {
-        Ok(up) => up,
+        Ok(up) => {
+            up.set_nodelay(true).ok();
+            up
+        }
         Err(e) => {
             let _ = answer(
                 &mut wire,

@@ -132,6 +132,8 @@ pub(super) async fn carry(
     for addr in addresses {
         match TcpStream::connect(addr).await {
             Ok(s) => {
+                // Relayed at once, as the call's end does (no Nagle delay).
+                s.set_nodelay(true).ok();
                 upstream = Some(s);
                 break;
             }
