@@ -77,10 +77,18 @@ fn basic(value: &[u8]) -> Option<(usize, Zeroizing<Vec<u8>>)> {
     let text = std::str::from_utf8(value).ok()?;
     let lead = text.len() - text.trim_start().len();
     let rest = text.trim_start();
-    if rest.len() < 6 || !rest[..6].eq_ignore_ascii_case("basic ") {
+    // Compared as bytes: a value may hold any UTF-8, and slicing text at a
+    // byte that is not a character's first would panic (with the line,
+    // and so a value, in the message).
+    if !rest
+        .as_bytes()
+        .get(..6)
+        .is_some_and(|b| b.eq_ignore_ascii_case(b"basic "))
+    {
         return None;
     }
-    let start = lead + 6 + (rest[6..].len() - rest[6..].trim_start().len());
+    let after = &rest[6..];
+    let start = lead + 6 + (after.len() - after.trim_start().len());
     let token = text[start..].trim_end();
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(token)
@@ -355,5 +363,31 @@ mod tests {
         out.extend_from_slice(&r.finish());
         assert_eq!(&out[..], &body[..]);
         assert!(r.substituted.is_empty());
+    }
+
+    #[test]
+    fn a_header_with_multibyte_text_where_basic_would_be_is_rewritten_not_a_panic() {
+        let secrets = [secret(
+            "github_token",
+            "ghp_PLACEHOLDERplaceholder0123456789ab",
+            "ghp_REALVALUErealvalue98765432100xyzAB",
+            &["api.github.com"],
+            false,
+        )];
+        for value in [
+            "abcde\u{e9} ",
+            "\u{e9}\u{e9}\u{e9} ",
+            "basi\u{e9}",
+            "Basic \u{e9}",
+        ] {
+            let head = format!(
+                "GET /x HTTP/1.1\r\nX-A: {value}{}\r\nHost: api.github.com",
+                secrets[0].placeholder
+            );
+            let (out, done) = rewrite_head(head.as_bytes(), "api.github.com", &secrets).unwrap();
+            let out = String::from_utf8(out.to_vec()).unwrap();
+            assert!(out.contains(&format!("X-A: {value}")), "{out}");
+            assert_eq!(done.len(), 1, "{value:?}: {done:?}");
+        }
     }
 }

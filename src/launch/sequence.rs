@@ -70,6 +70,18 @@ pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The launcher's entry point; never returns.
 pub fn main() -> ! {
+    // A panic's message may hold what the panicking code was looking at —
+    // a request line with a value in it — and the launcher's stderr is
+    // the call's, unmasked: say where, never what.
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "tono-launch: internal error at {at} (its message is not shown: it may hold a secret)"
+        );
+    }));
     let Some(mut status) = sys::take_inherited_fd(sys::STATUS_FD) else {
         eprintln!(
             "tono-launch: there is no status pipe on fd 4; this program is started by the \
