@@ -1,5 +1,6 @@
 //! Putting a bound secret's value where the tool put its placeholder, in a
-//! request on its way to a host: the request line (its query), each header
+//! request on its way to a host: the request line's query (never its path
+//! or method, which would name something on the host), each header
 //! (a `Basic` credential decoded, substituted inside `user:password` and
 //! encoded again) and, where the binding says `body`, the body.
 //!
@@ -122,9 +123,19 @@ pub fn rewrite_head(
         for secret in secrets {
             let mut seen = 0;
             let allowed = secret.binding.hosts.allows(host);
+            // In the request line only the query is substituted: a
+            // value put in a path or method would name a resource on the
+            // host (a file, a record) that the tool could read back.
+            let range = if i == 0 {
+                let end = line.iter().rposition(|b| *b == b' ').unwrap_or(line.len());
+                let start = line[..end].iter().position(|b| *b == b'?').unwrap_or(end);
+                start..end
+            } else {
+                0..line.len()
+            };
             for (placeholder, value) in secret.forms() {
                 seen += if allowed {
-                    replace_all(&mut line, &placeholder, &value)
+                    replace_all(&mut line[range.clone()], &placeholder, &value)
                 } else {
                     usize::from(find(&line, &placeholder).is_some())
                 };
@@ -389,5 +400,32 @@ mod tests {
             assert!(out.contains(&format!("X-A: {value}")), "{out}");
             assert_eq!(done.len(), 1, "{value:?}: {done:?}");
         }
+    }
+
+    #[test]
+    fn only_the_query_of_the_request_line_is_substituted() {
+        let secrets = [secret(
+            "github_token",
+            "ghp_PLACEHOLDERplaceholder0123456789ab",
+            "ghp_REALVALUErealvalue98765432100xyzAB",
+            &["api.github.com"],
+            false,
+        )];
+        let p = &secrets[0].placeholder;
+        let head = format!("PUT /files/{p}?token={p} HTTP/1.1\r\nHost: api.github.com");
+        let (out, done) = rewrite_head(head.as_bytes(), "api.github.com", &secrets).unwrap();
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert!(
+            out.starts_with(&format!("PUT /files/{p}?token=ghp_REALVALUE")),
+            "{out}"
+        );
+        assert_eq!(done.len(), 1);
+        // The path alone: nothing substituted, nothing refused.
+        let head = format!("GET /files/{p} HTTP/1.1\r\nHost: api.github.com");
+        let (out, done) = rewrite_head(head.as_bytes(), "api.github.com", &secrets).unwrap();
+        assert!(!String::from_utf8_lossy(&out).contains("REALVALUE"));
+        assert!(done.is_empty());
+        // Toward another host a placeholder anywhere in the line refuses.
+        assert!(rewrite_head(head.as_bytes(), "evil.example.com", &secrets).is_err());
     }
 }
