@@ -1350,3 +1350,52 @@ PYEOF"#,
     let uses = s.ends()[0]["broker"].as_array().unwrap().len();
     assert_eq!(uses, 23, "one use on the record per request");
 }
+
+/// Only the broker reaches a bound host: the tool asking the worker's end
+/// at 127.0.0.1:3128 itself for a bound host (to read back what the
+/// broker put there, past the scrubbing) is refused `403
+/// bound_host_only_through_broker`, in network host and proxy; the same
+/// request for a host no binding names passes (the control), and so does
+/// the broker's own request for the bound host.
+#[test]
+fn a_bound_host_is_reached_only_through_the_broker() {
+    need_root!();
+    let s = Scene::new("only");
+    let proxy = Proxy::start();
+    let via_proxy = s.configs.broker_config(
+        "proxy.json",
+        &s.up,
+        bindings(),
+        json!({"proxy": format!("http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{}", proxy.port)}),
+    );
+    let script = r#"curl -sS -k --proxy http://127.0.0.1:3128 -o /dev/null -w 'bound %{http_connect} %{http_code}' "$U/echo"; echo " exit $?"
+curl -sS -k --proxy http://127.0.0.1:3128 -o /dev/null -w 'other %{http_connect} %{http_code}' "$O/echo"; echo " exit $?"
+curl -sS -H "Authorization: Bearer $github_token" -o /dev/null -w 'broker %{http_code}' "$U/echo"; echo " exit $?""#;
+    for (mode, config) in [("host", &s.config), ("proxy", &via_proxy)] {
+        let before = s.up.requests_to(API_HOST).len();
+        let out = s.run(config, &["--network", mode], &["github_token"], script);
+        let stdout = ran_ok(&out, mode);
+        let bound = line(&stdout, "bound");
+        assert!(bound.starts_with("bound 403 "), "{mode}: {stdout}");
+        assert!(
+            common::stderr(&out).contains("403") || !bound.ends_with(" exit 0"),
+            "{mode}: {stdout}"
+        );
+        assert_eq!(
+            line(&stdout, "other"),
+            "other 200 200 exit 0",
+            "{mode}: the control, a host no binding names: {stdout}"
+        );
+        assert_eq!(
+            line(&stdout, "broker"),
+            "broker 200 exit 0",
+            "{mode}: {stdout}"
+        );
+        // The bound host saw the broker's request only.
+        assert_eq!(
+            s.up.requests_to(API_HOST).len(),
+            before + 1,
+            "{mode}: {stdout}"
+        );
+    }
+}

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod broker_only;
 pub mod direct;
 pub mod launch_as;
 pub mod outcome;

@@ -68,7 +68,11 @@ impl Drop for CallProxy {
 
 /// Opens the proxy end in the network namespace of the launcher `pid`
 /// (an unreaped child of the worker) and starts serving it.
-pub async fn open(pid: libc::pid_t, upstream: CallEnd) -> Result<CallProxy, LaunchError> {
+pub async fn open(
+    pid: libc::pid_t,
+    upstream: CallEnd,
+    broker_only: super::broker_only::BrokerOnly,
+) -> Result<CallProxy, LaunchError> {
     let failed = |what: &str, e: std::io::Error| LaunchError {
         stage: Stage::Spawn,
         code: "proxy_unavailable".into(),
@@ -88,11 +92,15 @@ pub async fn open(pid: libc::pid_t, upstream: CallEnd) -> Result<CallProxy, Laun
     let listener =
         TcpListener::from_std(listener).map_err(|e| failed("register the listener", e))?;
     Ok(CallProxy {
-        task: tokio::spawn(serve(listener, upstream)),
+        task: tokio::spawn(serve(listener, upstream, Arc::new(broker_only))),
     })
 }
 
-async fn serve(listener: TcpListener, upstream: CallEnd) {
+async fn serve(
+    listener: TcpListener,
+    upstream: CallEnd,
+    broker_only: Arc<super::broker_only::BrokerOnly>,
+) {
     let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -106,8 +114,9 @@ async fn serve(listener: TcpListener, upstream: CallEnd) {
                 // (with the peer's delayed ACK, 40 ms a small write).
                 stream.set_nodelay(true).ok();
                 let upstream = upstream.clone();
+                let broker_only = broker_only.clone();
                 connections.spawn(async move {
-                    carry(stream, &upstream).await;
+                    carry(stream, &upstream, &broker_only).await;
                     drop(permit);
                 });
             }
@@ -131,7 +140,11 @@ async fn answer(stream: &mut TcpStream, status: &str, why: &str) {
 
 /// Carries one connection of the call to the proxy, or, for a direct
 /// end, to its destination.
-async fn carry(mut call: TcpStream, call_end: &CallEnd) {
+async fn carry(
+    mut call: TcpStream,
+    call_end: &CallEnd,
+    broker_only: &super::broker_only::BrokerOnly,
+) {
     let mut head = Vec::with_capacity(1024);
     let read = tokio::time::timeout(HEAD_TIMEOUT, async {
         let mut buf = [0u8; 4096];
@@ -154,6 +167,14 @@ async fn carry(mut call: TcpStream, call_end: &CallEnd) {
         Ok(Err(why)) => return answer(&mut call, "400 Bad Request", why).await,
         Err(_) => return answer(&mut call, "408 Request Timeout", "no request head in time").await,
     };
+    if let (Some((host, _, _)), Ok(peer)) = (
+        super::proxy_head::destination(&head[..end]),
+        call.peer_addr(),
+    ) {
+        if let Some(why) = broker_only.refuses(&host, peer) {
+            return answer(&mut call, "403 Forbidden", &why).await;
+        }
+    }
     let upstream = match call_end {
         CallEnd::Proxy(upstream) => upstream,
         CallEnd::Direct(rules) => {

@@ -369,7 +369,18 @@ pub async fn launch_tapped(
                 ),
             )
         })?;
-        Some(proxy::open(pid, end).await?)
+        let broker_only = super::broker_only::BrokerOnly {
+            launcher: pid,
+            hosts: match &plan.action {
+                crate::launch::plan::Action::Exec(exec) => exec
+                    .secrets
+                    .iter()
+                    .filter_map(|s| s.bound.as_ref().map(|b| b.hosts.clone()))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        };
+        Some(proxy::open(pid, end, broker_only).await?)
     } else {
         None
     };
