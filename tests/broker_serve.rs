@@ -416,7 +416,7 @@ fn the_host_gets_the_value_and_curl_only_the_placeholder_in_every_echo_form() {
         assert_eq!(last["authorization"], format!("Bearer {VALUE}"), "{form}");
         assert_eq!(last["accept_encoding"], "identity", "{form}");
     }
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(uses.len(), forms.len(), "{uses:?}");
     for u in &uses {
         assert_eq!(u.secrets, ["github_token"]);
@@ -493,7 +493,7 @@ fn a_placeholder_for_a_host_its_secret_is_not_bound_to_is_refused_and_nothing_is
         "the network end saw {:?}",
         f.forwarder.seen
     );
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(uses.len(), 1);
     assert_eq!(
         (uses[0].status, uses[0].refused.as_deref()),
@@ -534,7 +534,7 @@ fn a_connect_to_an_unbound_host_is_tunnelled_untouched() {
         format!("Bearer {}", f.ph),
         "the host saw the placeholder, never the value"
     );
-    assert!(f.broker.uses().is_empty());
+    assert!(settled_uses(&f.broker).is_empty());
     assert_eq!(
         *f.forwarder.seen.lock().unwrap(),
         [format!("CONNECT plain.tono.test:{} HTTP/1.1", f.up.port)]
@@ -572,7 +572,7 @@ fn a_host_whose_certificate_fails_gets_nothing_and_curl_a_502() {
         "the false host saw {:?}",
         f.bad.seen()
     );
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(
         (uses[0].status, uses[0].refused.as_deref()),
         (502, Some("upstream_certificate_refused"))
@@ -646,6 +646,7 @@ fn malformed_requests_are_refused_and_nothing_reaches_the_host() {
         (format!("GET /echo HTTP/1.1\r\n{a}\r\n folded\r\n\r\n"), "400 Bad Request", "malformed_request: malformed: a folded header line"),
         (format!("GET /echo HTTP/1.1\r\n{a}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"), "501 Not Implemented", "upgrade_not_supported"),
         (format!("GET /echo HTTP/1.1\r\nHost: other.tono.test\r\n{a}\r\n\r\n"), "400 Bad Request", "host_mismatch"),
+        (format!("GET /echo HTTP/1.1\r\n{a}\r\n\r\n"), "400 Bad Request", "host_mismatch"),
     ];
     for (request, status, code) in &cases {
         let got = raw(&f, "api.tono.test", f.up.port, request.as_bytes());
@@ -672,7 +673,7 @@ fn malformed_requests_are_refused_and_nothing_reaches_the_host() {
     );
     assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
     assert_eq!(f.up.seen().len(), 1);
-    assert_eq!(f.broker.uses().len(), cases.len() + 1);
+    assert_eq!(settled_uses(&f.broker).len(), cases.len() + 1);
 }
 
 #[test]
@@ -704,7 +705,7 @@ fn plain_http_with_a_placeholder_is_refused_and_without_passes_closed() {
     }
     assert!(f.http.seen().is_empty(), "the host saw {:?}", f.http.seen());
     assert_eq!(f.connects(), 0);
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(uses.len(), 2);
     assert!(
         uses.iter()
@@ -782,7 +783,7 @@ fn ten_thousand_requests_leave_descriptors_and_memory_flat() {
     assert_eq!(python_loop(&f, 10_000), "10000 0");
     settle(&f);
     let (fd1, rss1) = (fds(), rss_kb());
-    println!("10000 requests on one connection: fds {fd0} -> {fd1}, VmRSS {rss0} kB -> {rss1} kB, records {}", f.broker.uses().len());
+    println!("10000 requests on one connection: fds {fd0} -> {fd1}, VmRSS {rss0} kB -> {rss1} kB, records {}", settled_uses(&f.broker).len());
     assert_eq!(fd1, fd0, "descriptors");
     assert!(rss1 < rss0 + 1024, "VmRSS grew from {rss0} kB to {rss1} kB");
     assert_eq!(f.up.seen().len(), 12_000);
@@ -829,7 +830,7 @@ fn a_body_gets_the_value_only_of_a_secret_bound_for_bodies_chunked_and_after_100
             "{extra:?}: a secret not bound for bodies stays a placeholder there"
         );
     }
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(uses.len(), 2);
     for u in &uses {
         assert_eq!(u.secrets, ["github_token", "body_token"], "{uses:?}");
@@ -920,7 +921,7 @@ fn an_answer_in_a_coding_the_broker_cannot_scrub_is_refused_never_passed() {
     );
     assert!(!got.out.contains(VALUE) && !got.out.contains("not really brotli"));
     assert_eq!(f.up.seen()[0]["authorization"], format!("Bearer {VALUE}"));
-    let uses = f.broker.uses();
+    let uses = settled_uses(&f.broker);
     assert_eq!(
         (uses[0].status, uses[0].refused.as_deref()),
         (502, Some("answer_not_scrubbable"))
@@ -934,4 +935,13 @@ fn an_answer_in_a_coding_the_broker_cannot_scrub_is_refused_never_passed() {
     );
     assert_eq!(got.status, 200, "{}", got.out);
     assert_eq!(body_of(&got.out), format!("token={0}&again={0}", f.ph));
+}
+
+/// The broker's record once the clients' connections closed: a connection
+/// records its last request after the client has its answer.
+fn settled_uses(
+    broker: &tono_seal::broker::serve::Broker,
+) -> Vec<tono_seal::broker::uses::BrokerUse> {
+    assert!(broker.settle(), "a connection is left open");
+    broker.uses()
 }

@@ -219,13 +219,18 @@ pub fn exchange<T: Read + Write>(
         );
     }
     let hosts: Vec<_> = req.headers.iter().filter(|h| h.is("host")).collect();
-    if hosts.len() > 1 || hosts.iter().any(|h| !host_matches(&h.value, host, port)) {
+    // Exactly one Host, the tunnel's: without one the host would answer
+    // as whichever name it serves by default.
+    if hosts.len() != 1 || hosts.iter().any(|h| !host_matches(&h.value, host, port)) {
         return refuse(
             tool,
             record,
             400,
             "host_mismatch",
-            &format!("the request's Host is not {host}, which the tunnel was opened to"),
+            &format!(
+                "a request in this tunnel names exactly one Host, {host}, which the tunnel \
+                 was opened to"
+            ),
         );
     }
     let rebuilt = rebuild(&req);

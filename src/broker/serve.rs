@@ -103,7 +103,25 @@ impl Broker {
     pub fn open_connections(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
     }
+
+    /// Waits until no tool connection is open, so that every request
+    /// answered has been recorded (a connection records its use after the
+    /// tool has its answer), for at most [`SETTLE_ROUNDS`] × 5 ms;
+    /// whether it got there. A connection the tool left open (a process
+    /// of its still holding one) keeps it from getting there.
+    pub fn settle(&self) -> bool {
+        for _ in 0..SETTLE_ROUNDS {
+            if self.open_connections() == 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.open_connections() == 0
+    }
 }
+
+/// How many times [`Broker::settle`] looks before it gives up.
+pub const SETTLE_ROUNDS: usize = 200;
 
 /// Starts serving on `listener` (a thread accepting, one per connection);
 /// returns at once.

@@ -594,7 +594,14 @@ fn exec_program(
         drop(env_refs);
         drop(envp); // wipes every unsealed value
         return ended.map(|mut ended| {
-            ended.broker = broker.map(|b| b.uses()).unwrap_or_default();
+            ended.broker = broker
+                .map(|b| {
+                    // The tool has ended: its connections close, and each
+                    // records its last request before it does.
+                    b.settle();
+                    b.uses()
+                })
+                .unwrap_or_default();
             ended
         });
     }
