@@ -366,12 +366,18 @@ fn a_rotation_on_a_full_disk_still_holds_the_ends_of_the_calls_in_flight() {
     let call = call_record;
     // `rotate`: the refused begin goes past max_bytes (a new file); without,
     // the positive control: the same calls in one file.
+    // The refusal comes where the full disk puts it, whatever max_bytes
+    // is; the control (no rotation) finds that size, and the rotating run
+    // sets max_bytes half a line past it, so that exactly the refused
+    // begin is due to rotate, whatever a record's length.
+    let mut refused_at: Option<(u64, u64)> = None;
     for rotate in [false, true] {
         let fs = Tmpfs::mount(&dir.0.join(format!("rotate-{rotate}")), 64);
         let path = fs.0.join("audit.jsonl");
         let mut config = AuditConfig::at(&path);
         if rotate {
-            config.max_bytes = 6000;
+            let (size, line) = refused_at.expect("the control ran first");
+            config.max_bytes = size + line / 2;
         }
         let log = AuditLog::open(config).unwrap();
         let mut begun: Vec<_> = (0..8).map(|i| log.begin(call(i)).unwrap()).collect();
@@ -389,11 +395,19 @@ fn a_rotation_on_a_full_disk_still_holds_the_ends_of_the_calls_in_flight() {
         let n = begun.len();
         // What the refused begin gave back is taken too.
         fill(&fs.0, "filler-2");
-        // A begin line is over 500 bytes: the refused one was due to
-        // rotate the log (before, it did, and gave back the old file's
-        // reserve first).
-        let max = if rotate { 6000 } else { DEFAULT_MAX_BYTES };
-        assert_eq!(size + 500 > max, rotate, "{size} bytes at the refusal");
+        // The refused begin was due to rotate the log (before, it did, and
+        // gave back the old file's reserve first); none before it was.
+        let line = size / n as u64;
+        let max = match refused_at {
+            Some((at, line)) if rotate => {
+                assert_eq!(size, at, "the refusal came where the control's did");
+                at + line / 2
+            }
+            _ => DEFAULT_MAX_BYTES,
+        };
+        assert_eq!(size + line > max, rotate, "{size} bytes at the refusal");
+        assert!(size <= max, "no earlier begin was due to rotate");
+        refused_at.get_or_insert((size, line));
         let rotated = fs.0.join("audit.jsonl.000001").exists();
         let mut lost = Vec::new();
         for (i, b) in begun.into_iter().enumerate() {
