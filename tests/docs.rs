@@ -373,7 +373,9 @@ fn the_readmes_setup_commands_are_the_ones_ci_runs() {
         commands[0]
     );
     assert!(
-        commands[1].trim_end().ends_with("cargo test --locked --no-fail-fast"),
+        commands[1]
+            .trim_end()
+            .ends_with("cargo test --locked --no-fail-fast"),
         "the second set-up command runs the tests: {}",
         commands[1]
     );
