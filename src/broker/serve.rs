@@ -59,8 +59,8 @@ pub struct BrokerSetup {
 /// Why a broker did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    /// `roots_pem` held no certificate.
-    #[error("the broker's trusted roots hold no certificate: no host could be verified")]
+    /// The TLS client configuration could not be built.
+    #[error("the broker's TLS client configuration could not be built")]
     NoRoots,
     /// The listener failed.
     #[error("the broker's listener: {0}")]

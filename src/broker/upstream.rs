@@ -64,16 +64,18 @@ impl UpstreamError {
 pub type Upstream = Wire<StreamOwned<ClientConnection, Wire<TcpStream>>>;
 
 /// The client configuration: `roots_pem`'s certificates trusted, HTTP/1.1
-/// offered; `None` when it holds no certificate.
+/// offered; with no certificate in `roots_pem` the store is empty and every
+/// host is refused at its handshake. `None` only if rustls refuses the
+/// configuration.
 pub fn client_config(roots_pem: &[u8]) -> Option<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(roots_pem)
         .filter_map(Result::ok)
         .collect();
-    let (added, _) = roots.add_parsable_certificates(certs);
-    if added == 0 {
-        return None;
-    }
+    // No root at all (a host without ca-certificates, no upstream_ca):
+    // the store is empty and every host is refused at its handshake
+    // (`upstream_certificate_refused`), while the call itself runs.
+    let _ = roots.add_parsable_certificates(certs);
     let mut config =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
