@@ -36,22 +36,11 @@ pub const CA_VARIABLES: &[&str] = &[
     "DENO_CERT",
 ];
 
-/// The proxy variables that send a call's clients to its broker, in the
-/// cases clients read them.
-pub const PROXY_VARIABLES: &[&str] = &[
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-];
-
 /// The variables of a call holding a bound secret, each with its value:
 /// the proxy variables naming the broker at `broker` (`127.0.0.1:3129`),
 /// loopback itself direct, and the CA variables naming the bundle.
 pub fn variables(broker: &str) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = PROXY_VARIABLES
+    let mut out: Vec<(&'static str, String)> = crate::env::PROXY_VARIABLES
         .iter()
         .map(|name| (*name, format!("http://{broker}")))
         .collect();

@@ -232,21 +232,20 @@ impl Binding {
     }
 }
 
-/// The operator's bindings: for every user, and per user (by login name)
-/// replacing the global entry of the same secret name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bindings {
+/// The operator's bindings, as the env config holds them (`bind` and
+/// `bind_for_users`), looked up in place: for every user, and per user (by
+/// login name) replacing the global entry of the same secret name.
+#[derive(Debug, Clone, Copy)]
+pub struct Bindings<'a> {
     /// Secret name → binding, for every user.
-    #[serde(default)]
-    pub all: BTreeMap<String, Binding>,
+    pub all: &'a BTreeMap<String, Binding>,
     /// Login name → secret name → binding.
-    #[serde(default)]
-    pub for_users: BTreeMap<String, BTreeMap<String, Binding>>,
+    pub for_users: &'a BTreeMap<String, BTreeMap<String, Binding>>,
 }
 
-impl Bindings {
+impl<'a> Bindings<'a> {
     /// The binding of `secret` for `user`, if it is bound.
-    pub fn for_user(&self, user: &str, secret: &str) -> Option<&Binding> {
+    pub fn for_user(&self, user: &str, secret: &str) -> Option<&'a Binding> {
         self.for_users
             .get(user)
             .and_then(|own| own.get(secret))
@@ -346,11 +345,14 @@ mod tests {
 
     #[test]
     fn a_users_own_entry_replaces_the_global_one_for_that_user_only() {
-        let all: Bindings = serde_json::from_str(
-            r#"{"all": {"tok": {"hosts": ["api.github.com"]}},
-                "for_users": {"alice": {"tok": {"hosts": ["git.example.com"]}}}}"#,
-        )
-        .unwrap();
+        let global: BTreeMap<String, Binding> =
+            serde_json::from_str(r#"{"tok": {"hosts": ["api.github.com"]}}"#).unwrap();
+        let own: BTreeMap<String, BTreeMap<String, Binding>> =
+            serde_json::from_str(r#"{"alice": {"tok": {"hosts": ["git.example.com"]}}}"#).unwrap();
+        let all = Bindings {
+            all: &global,
+            for_users: &own,
+        };
         assert!(all
             .for_user("alice", "tok")
             .unwrap()
@@ -367,6 +369,13 @@ mod tests {
             .hosts
             .allows("api.github.com"));
         assert!(all.for_user("bob", "other").is_none());
-        assert!(Bindings::default().is_empty());
+        assert!(!all.is_empty());
+        let none = BTreeMap::new();
+        let no_users = BTreeMap::new();
+        assert!(Bindings {
+            all: &none,
+            for_users: &no_users
+        }
+        .is_empty());
     }
 }

@@ -214,10 +214,10 @@ impl EnvConfig {
 
     /// The bindings of `user`'s secrets: `bind`, with `bind_for_users`'s
     /// entries for that user over it.
-    pub fn bindings(&self) -> super::Bindings {
+    pub fn bindings(&self) -> super::Bindings<'_> {
         super::Bindings {
-            all: self.bind.clone(),
-            for_users: self.bind_for_users.clone(),
+            all: &self.bind,
+            for_users: &self.bind_for_users,
         }
     }
 
@@ -465,14 +465,7 @@ impl EnvBuilder {
     /// `ALL_PROXY`; loopback itself goes direct (`NO_PROXY`).
     pub fn call_proxy(&mut self) -> Result<&mut Self, EnvError> {
         let local = format!("http://{}", super::network::CALL_PROXY_ADDR);
-        for name in [
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
+        for name in super::network::PROXY_VARIABLES {
             self.set(name, &local)?;
         }
         for name in ["NO_PROXY", "no_proxy"] {

@@ -24,5 +24,6 @@ pub use home::{HomeMode, HomeView};
 pub use name::valid_env_name;
 pub use network::{
     AllowHosts, Network, ProxyUpstream, ALLOWABLE_RANGES, BROKER_ADDR, CALL_PROXY_ADDR,
+    PROXY_VARIABLES,
 };
 pub use provider::{Provider, ProviderSpec};

@@ -20,6 +20,17 @@ use zeroize::Zeroizing;
 /// worker's end of the proxy listens in mode `proxy`.
 pub const CALL_PROXY_ADDR: &str = "127.0.0.1:3128";
 
+/// The variables that send a client to a proxy, in the cases clients read
+/// them: a call's own end, or its broker.
+pub const PROXY_VARIABLES: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
 /// Where a call holding a bound secret finds its broker, inside the
 /// call's own network namespace: the address its `HTTPS_PROXY` names.
 pub const BROKER_ADDR: &str = "127.0.0.1:3129";
