@@ -13,8 +13,12 @@
 //! - The programs are compiled by `seccompiler`, not written by hand. Its
 //!   prologue kills a process that enters the kernel with another
 //!   architecture's numbers (a 32-bit `int 0x80`), so no number below is
-//!   bypassed that way; each number is also refused with the x32 bit set
-//!   (`0x40000000`), the other door into an x86_64 kernel.
+//!   bypassed that way; on a kernel that runs x32 syscalls each number is
+//!   also refused with the x32 bit set (`0x40000000`), the other door into
+//!   an x86_64 kernel. Where the kernel does not run them (asked each
+//!   launch: `getpid` with the x32 bit), every such number is `ENOSYS`
+//!   from the kernel itself, and the program is half as long: its install
+//!   is a cost of every call.
 //! - An operator may refuse more calls by name (`refuse_syscalls` of the
 //!   env config); a name the filter's table does not know is refused when
 //!   the config is loaded and again by the launcher
@@ -101,12 +105,18 @@ fn both_abis(nr: i64) -> [i64; 2] {
     [nr, x32]
 }
 
+/// The numbers by which a syscall is entered on this kernel: its x86_64
+/// one, and its x32 one where `x32` (the kernel runs x32 syscalls).
+fn numbers(nr: i64, x32: bool) -> impl Iterator<Item = i64> {
+    both_abis(nr).into_iter().take(if x32 { 2 } else { 1 })
+}
+
 /// The `EPERM` rules: every call of [`REFUSED`], and [`REFUSED_WITH_NEW_USER_NAMESPACE`]
 /// when `CLONE_NEWUSER` is set in its first argument.
-fn eperm_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, LaunchError> {
+fn eperm_rules(x32: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, LaunchError> {
     let mut rules = BTreeMap::new();
     for (_, nr) in REFUSED {
-        for nr in both_abis(*nr) {
+        for nr in numbers(*nr, x32) {
             rules.insert(nr, Vec::new());
         }
     }
@@ -120,7 +130,7 @@ fn eperm_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, LaunchError> {
         )
         .and_then(|c| SeccompRule::new(vec![c]))
         .map_err(|e| invalid(format!("the rule for {name}: {e}")))?;
-        for nr in both_abis(*nr) {
+        for nr in numbers(*nr, x32) {
             rules.insert(nr, vec![rule.clone()]);
         }
     }
@@ -156,15 +166,23 @@ impl SyscallFilter {
     /// The filter: the built-in refusals, and `extra` (syscall names the
     /// operator refuses besides, each with `EPERM`).
     pub fn build(extra: &[String]) -> Result<Self, LaunchError> {
-        let mut programs = vec![compile(eperm_rules()?, libc::EPERM, "the refused calls")?];
-        let clone3: BTreeMap<i64, Vec<SeccompRule>> = both_abis(libc::SYS_clone3)
-            .into_iter()
+        Self::build_for(extra, crate::sys::x32_abi_enabled())
+    }
+
+    /// [`SyscallFilter::build`] for a kernel that runs x32 syscalls or not.
+    fn build_for(extra: &[String], x32: bool) -> Result<Self, LaunchError> {
+        let mut programs = vec![compile(
+            eperm_rules(x32)?,
+            libc::EPERM,
+            "the refused calls",
+        )?];
+        let clone3: BTreeMap<i64, Vec<SeccompRule>> = numbers(libc::SYS_clone3, x32)
             .map(|nr| (nr, Vec::new()))
             .collect();
         programs.push(compile(clone3, libc::ENOSYS, "clone3")?);
         if !extra.is_empty() {
             programs.push(Self::operator_program(extra)?);
-            if crate::sys::x32_abi_enabled() {
+            if x32 {
                 return Err(LaunchError::new(
                     Stage::Plan,
                     "syscall_filter_incomplete",
@@ -231,8 +249,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_refused_number_is_refused_in_both_abis() {
-        let rules = eperm_rules().unwrap();
+    fn every_refused_number_is_refused_in_both_abis_where_the_kernel_runs_x32() {
+        let rules = eperm_rules(true).unwrap();
         for (name, nr) in REFUSED.iter().chain(REFUSED_WITH_NEW_USER_NAMESPACE) {
             for n in both_abis(*nr) {
                 assert!(
@@ -247,6 +265,41 @@ mod tests {
         );
         assert_eq!(both_abis(libc::SYS_kexec_load)[1], 0x4000_0000 + 528);
         assert_eq!(both_abis(libc::SYS_keyctl)[1], 0x4000_0000 + 250);
+    }
+
+    /// Where the kernel runs no x32 syscall the x32 numbers are the
+    /// kernel's `ENOSYS` and are left out: every x86_64 number is still
+    /// there, and the program is about half as long (what a call pays to
+    /// install it).
+    #[test]
+    fn without_x32_every_x86_64_number_is_refused_and_the_program_is_shorter() {
+        let rules = eperm_rules(false).unwrap();
+        for (name, nr) in REFUSED.iter().chain(REFUSED_WITH_NEW_USER_NAMESPACE) {
+            assert!(
+                rules.contains_key(nr),
+                "{name} ({nr:#x}) is not in the filter"
+            );
+            assert!(!rules.contains_key(&both_abis(*nr)[1]));
+        }
+        assert_eq!(
+            rules.len(),
+            REFUSED.len() + REFUSED_WITH_NEW_USER_NAMESPACE.len()
+        );
+        let len = |x32| -> usize {
+            SyscallFilter::build_for(&[], x32)
+                .unwrap()
+                .programs
+                .iter()
+                .map(Vec::len)
+                .sum()
+        };
+        let (with, without) = (len(true), len(false));
+        eprintln!("BPF instructions: {with} with x32, {without} without");
+        assert!(without * 10 < with * 6, "{without} of {with}");
+        // The operator's names are x86_64 only: where x32 runs, refused.
+        let e = SyscallFilter::build_for(&["ptrace".into()], true).unwrap_err();
+        assert_eq!(e.code, "syscall_filter_incomplete");
+        assert!(SyscallFilter::build_for(&["ptrace".into()], false).is_ok());
     }
 
     #[test]
