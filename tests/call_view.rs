@@ -396,6 +396,110 @@ fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
     }
 }
 
+/// The line `field` of `/proc/PID/status` (e.g. `Uid:`), or "" once gone.
+fn proc_status(pid: i32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The worker sends a plan at once and its go only once the call's begin
+/// record is durable. A launcher holds before the first key and the
+/// program until it reads [`GO`]: seen here past its drop (its real uid is
+/// the user's) and asleep reading the plan pipe with the marker not made,
+/// then, sent the go, it runs. Closing the pipe instead, or sending any
+/// other byte, refuses the call (`begin_not_durable`) and nothing runs.
+#[test]
+fn a_launcher_prepares_the_call_but_runs_nothing_before_its_go() {
+    use std::io::{Read, Write};
+    use tono_seal::launch::plan::{frame, Action, ExecPlan, LaunchPlan, GO};
+    use tono_seal::launch::report::StatusReport;
+    need_root!();
+    let u = TestUser::with_key();
+    let marker = common::marker_path(&format!("tono-go-{}", std::process::id()));
+    let plan = LaunchPlan {
+        view: View::Private,
+        ..LaunchPlan::for_user(
+            &u.user,
+            Action::Exec(ExecPlan {
+                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
+                cwd: None,
+                env: Vec::new().into(),
+                secrets: Vec::new(),
+                upstream_ca: None,
+            }),
+        )
+    };
+    let json = serde_json::to_vec(&plan).unwrap();
+    let start = || {
+        let null = tono_seal::drop::start::open_null().unwrap();
+        let private = tono_seal::sys::NewNamespaces {
+            pid: true,
+            net: false,
+        };
+        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, private, false)
+            .unwrap()
+    };
+    let finish = |pid: i32, status: std::os::fd::OwnedFd| {
+        let mut bytes = Vec::new();
+        std::fs::File::from(status).read_to_end(&mut bytes).unwrap();
+        tono_seal::sys::reap(pid).unwrap();
+        StatusReport::decode(&bytes)
+    };
+    let user_uid = format!("\t{}\t", u.user.uid);
+
+    // Held: past the drop, asleep on the pipe, nothing run; then the go.
+    let tono_seal::drop::start::Started {
+        pid,
+        plan: pipe,
+        status,
+        stdout: _out,
+        stderr: _err,
+    } = start();
+    let mut pipe = std::fs::File::from(pipe);
+    pipe.write_all(&frame(&json)).unwrap();
+    let mut seen = (String::new(), String::new());
+    for _ in 0..20_000 {
+        seen = (proc_status(pid, "Uid:"), proc_status(pid, "State:"));
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if seen.0.contains(&user_uid) && seen.1.contains("S (sleeping)") && wchan.contains("pipe") {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(seen.0.contains(&user_uid), "never dropped: {seen:?}");
+    assert!(seen.1.contains("S (sleeping)"), "not waiting: {seen:?}");
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "the program ran before its go"
+    );
+    pipe.write_all(&[GO]).unwrap();
+    drop(pipe);
+    common::assert_ran(&finish(pid, status), &marker, "after its go");
+
+    // No go: the pipe's end, or another byte, refuses the call.
+    for tail in [&b""[..], b"X"] {
+        let tono_seal::drop::start::Started {
+            pid,
+            plan: pipe,
+            status,
+            stdout: _out,
+            stderr: _err,
+        } = start();
+        let mut framed = frame(&json).to_vec();
+        framed.extend_from_slice(tail);
+        std::fs::File::from(pipe).write_all(&framed).unwrap();
+        match finish(pid, status) {
+            StatusReport::Failed(e) => assert_eq!(e.code, "begin_not_durable", "{tail:?}: {e:?}"),
+            other => panic!("{tail:?}: not refused: {other:?}"),
+        }
+        assert!(!std::path::Path::new(&marker).exists(), "{tail:?}: ran");
+    }
+}
+
 #[test]
 fn a_program_that_cannot_be_executed_is_reported_with_its_errno_in_both_views() {
     need_root!();

@@ -20,7 +20,7 @@ use super::direct::DirectRules;
 use super::outcome::Outcome;
 use super::proxy::CallEnd;
 use super::request::RunOptions;
-use super::spawn::{launch_tapped, Finished, Input, Output, Setup, Tap};
+use super::spawn::{launch_tapped, Finished, Go, Input, Output, Setup, Tap};
 use super::start::Launcher;
 use crate::classify::Verdict;
 use crate::contain::{self, AppliedLimits, CallCgroup};
@@ -56,6 +56,20 @@ pub(crate) async fn launch_as(
     options: &RunOptions,
     timeout: Duration,
     tap: Option<Tap>,
+) -> Result<(Finished, AppliedLimits), LaunchError> {
+    launch_as_after(launcher, user, action, options, (timeout, tap), None).await
+}
+
+/// [`launch_as`], with the call held before its first key and its program
+/// until `go` says its begin record is durable ([`Setup::go`]): the
+/// launcher prepares the call meanwhile.
+pub(crate) async fn launch_as_after(
+    launcher: &Launcher,
+    user: &TargetUser,
+    action: Action,
+    options: &RunOptions,
+    (timeout, tap): (Duration, Option<Tap>),
+    go: Option<Go>,
 ) -> Result<(Finished, AppliedLimits), LaunchError> {
     check_worker_target(user, &options.allotted)
         .map_err(|e| LaunchError::new(Stage::Plan, e.code(), e.to_string()))?;
@@ -190,6 +204,7 @@ pub(crate) async fn launch_as(
                 .then_some((options.pids_max, options.memory_max)),
             prepare: Box::new(prepare),
             call_end,
+            go,
         }),
         tap,
     )

@@ -6,14 +6,18 @@
 //! ([`super::launch_as`]); return a structured [`Outcome`]. The worker
 //! never reads a secret and never touches the user's files: it names
 //! secrets, the launcher unseals them after the drop. With an audit log,
-//! nothing runs (no launch, no in-worker read) before the call's begin
-//! record is written and `fsync`ed; a call whose begin record could not be
-//! written is refused (`audit_unavailable`) with nothing launched, and a
-//! begun call's end record goes into the room held for it.
+//! nothing runs before the call's begin record is written and `fsync`ed:
+//! no in-worker read starts, and a launcher, sent its plan at once so that
+//! it prepares the call (view, cgroups, drop, syscall filter) while the
+//! record is made durable, opens no key and runs nothing until the worker
+//! sends its go ([`crate::launch::plan::GO`]). A call whose begin record
+//! could not be written is refused (`audit_unavailable`): its launcher gets
+//! no go, and nothing of the user's ran. A begun call's end record goes
+//! into the room held for it.
 #![forbid(unsafe_code)]
 
 use super::action::prepare;
-use super::launch_as::{launch_as, outcome_of};
+use super::launch_as::{launch_as, launch_as_after, outcome_of};
 use super::outcome::Outcome;
 use super::receipt::{begin_record, receipt, requested_secrets, secrets_as_files};
 use super::request::DropRequest;
@@ -126,7 +130,7 @@ async fn begin(
 }
 
 /// Runs one call; `requested` gets the secret names the call asked for.
-/// Nothing runs before `begin` passes.
+/// Nothing runs before the begin record is durable.
 async fn run_call(
     req: &DropRequest<'_>,
     requested: &mut Vec<String>,
@@ -184,28 +188,64 @@ async fn run_call(
         .timeout
         .map_or(req.options.timeout, |t| t.min(req.options.timeout));
     let view = req.options.view.to_string();
-    if let Err(refused) = begin(
-        gate,
-        req,
-        &verdict,
-        &tool,
-        requested,
-        &network.to_string(),
-        &view,
-    )
-    .await
-    {
-        return *refused;
-    }
-    let launched = launch_as(
-        req.launcher,
-        req.user,
-        prepared.action,
-        &req.options,
-        timeout,
-        None,
-    )
-    .await;
+    let launched = match *gate {
+        // The begin record is written and made durable while the launcher
+        // prepares the call; it goes on past its preparation only once the
+        // record is durable, else it is refused before any key is opened.
+        Gate::Open(log) => {
+            let record = begin_record(
+                req,
+                &verdict,
+                tool.clone(),
+                requested,
+                &network.to_string(),
+                &view,
+            );
+            let log = Arc::clone(log);
+            let (durable, go) = tokio::sync::oneshot::channel();
+            let begun = async move {
+                let begun = tokio::task::spawn_blocking(move || log.begin(record))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(AuditError::Broken(format!(
+                            "the receipt's writer failed: {e}"
+                        )))
+                    });
+                let _ = durable.send(begun.is_ok());
+                begun
+            };
+            let launch = launch_as_after(
+                req.launcher,
+                req.user,
+                prepared.action,
+                &req.options,
+                (timeout, None),
+                Some(go),
+            );
+            let (begun, launched) = tokio::join!(begun, launch);
+            match begun {
+                Ok(begun) => {
+                    *gate = Gate::Begun(begun);
+                    launched
+                }
+                Err(e) => {
+                    *gate = Gate::Refused;
+                    return audit_refusal(&e, tool);
+                }
+            }
+        }
+        _ => {
+            launch_as(
+                req.launcher,
+                req.user,
+                prepared.action,
+                &req.options,
+                timeout,
+                None,
+            )
+            .await
+        }
+    };
     let mut outcome = outcome_of(&verdict, tool, req.user, launched);
     outcome.secrets_as_files = secrets_as_files(req, requested);
     outcome

@@ -247,6 +247,33 @@ pub struct Setup<'a> {
     /// its connections: the proxy of network `proxy`, or, for a call
     /// holding a bound secret in network `host`, each destination directly.
     pub call_end: Option<proxy::CallEnd>,
+    /// The call's begin record: `true` once it is durable, `false` (or the
+    /// sender dropped) when it could not be written. The plan is sent at
+    /// once and [`crate::launch::plan::GO`] follows only on `true`; `None`:
+    /// at once.
+    pub go: Option<Go>,
+}
+
+/// The word that lets a launched call go on past its preparation: its begin
+/// record is durable (`true`) or could not be written (`false`).
+pub type Go = tokio::sync::oneshot::Receiver<bool>;
+
+/// Writes the framed plan, then, once `go` says so (at once without one),
+/// [`crate::launch::plan::GO`]; the pipe closes when this returns, so a
+/// launcher still waiting reads its end and refuses the call.
+async fn send_plan(mut tx: pipe::Sender, framed: zeroize::Zeroizing<Vec<u8>>, go: Option<Go>) {
+    if tx.write_all(&framed).await.is_err() {
+        return;
+    }
+    // Wiped now: the rest may wait for an fsync.
+    drop(framed);
+    let go = match go {
+        Some(go) => go.await.unwrap_or(false),
+        None => true,
+    };
+    if go {
+        let _ = tx.write_all(&[crate::launch::plan::GO]).await;
+    }
 }
 
 fn send_tap(tap: &mut Option<Tap>, stream: Stream, chunk: &[u8]) {
@@ -348,9 +375,11 @@ pub async fn launch_tapped(
     // The launcher checks its network namespace against the worker's.
     plan.worker_netns = sys::current_netns().ok();
     let mut call_end = None;
+    let mut go = None;
     if let Some(setup) = setup {
         guard.cgroup = (setup.prepare)(&mut plan, placed)?;
         call_end = setup.call_end;
+        go = setup.go;
     }
     // The worker's end is in the call's namespace before the plan is sent,
     // so it is there before the tool; it closes when this launch ends.
@@ -390,6 +419,8 @@ pub async fn launch_tapped(
         serde_json::to_vec(&plan)
             .map_err(|e| LaunchError::new(Stage::Spawn, "plan_unserializable", e.to_string()))?,
     );
+    let framed = crate::launch::plan::frame(&plan_bytes);
+    drop(plan_bytes);
 
     let pidfd = sys::pidfd_open(pid as u32).map_err(|e| spawn_error("pidfd_open", e))?;
     let pidfd = sys::watch_pidfd(pidfd).map_err(|e| spawn_error("watch pidfd", e))?;
@@ -415,8 +446,12 @@ pub async fn launch_tapped(
         .transpose()
         .map_err(|e| spawn_error("stderr pipe", e))?;
     let mut status_rx = Some(receiver(status_r).map_err(|e| spawn_error("status pipe", e))?);
-    let mut plan_tx =
-        Some(pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?);
+    let plan_tx = pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?;
+    // Polled until the plan and its go are written or the launcher is
+    // gone; it holds the pipe until then.
+    let plan_sent = send_plan(plan_tx, framed, go);
+    tokio::pin!(plan_sent);
+    let mut plan_pending = true;
 
     let cap = match output {
         Output::Capture(cap) => cap,
@@ -443,11 +478,7 @@ pub async fn launch_tapped(
             break;
         }
         tokio::select! {
-            r = async { match plan_tx.as_mut() { Some(tx) => tx.write_all(&plan_bytes).await, None => std::future::pending().await } } => {
-                // Written (or the launcher is gone): close so it sees EOF.
-                let _ = r;
-                plan_tx = None;
-            }
+            () = &mut plan_sent, if plan_pending => plan_pending = false,
             r = read_some(&mut out_rx, &mut buf_out) => match r {
                 Ok(n) if n > 0 => {
                     captured_out.take(&buf_out[..n], cap);
@@ -473,7 +504,7 @@ pub async fn launch_tapped(
                 // still ours, so everything left in it can be killed.
                 guard.kill_group();
                 exit = Some(guard.reap());
-                plan_tx = None;
+                plan_pending = false;
                 drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
             }
             _ = tokio::time::sleep_until(deadline), if exit.is_none() && !timed_out => {

@@ -1,6 +1,15 @@
 //! The launch plan: everything `tono-launch` needs, sent as JSON on a pipe
 //! (never in argv or the environment). A plan names secrets, never holds
 //! their values.
+//!
+//! On the pipe (fd 3) a plan is framed: its length (4 bytes, little-endian)
+//! and its JSON, then, once the worker may let the call go on, one byte,
+//! [`GO`]. The worker writes the plan as soon as it is made, so the launcher
+//! prepares the call (its view, its cgroups, the drop, the syscall filter)
+//! while the worker makes the call's begin record durable; the launcher
+//! opens no key and runs nothing of the user's choosing before it has read
+//! [`GO`] ([`crate::launch::sequence`]). A pipe that ends before it, or any
+//! other byte, refuses the call (`begin_not_durable`).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -15,6 +24,22 @@ pub const DEFAULT_NOFILE: u64 = 1024;
 pub const DEFAULT_NPROC: u64 = 512;
 /// The largest plan the launcher reads.
 pub const MAX_PLAN_BYTES: usize = 8 * 1024 * 1024;
+
+/// The byte after a plan that lets the launcher go on past its preparation:
+/// the call's begin record is durable, or the call has none.
+pub const GO: u8 = b'G';
+
+/// A plan's JSON as it goes on the pipe: its length, then the bytes (wiped
+/// when dropped: a turn's plan can hold a credential).
+pub fn frame(json: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
+    let mut framed = zeroize::Zeroizing::new(Vec::with_capacity(4 + json.len()));
+    // A plan over MAX_PLAN_BYTES is refused by the launcher: its length
+    // still fits.
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    framed.extend_from_slice(&len.to_le_bytes());
+    framed.extend_from_slice(json);
+    framed
+}
 
 /// One launch.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -30,7 +30,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::report::{Ended, LaunchError, Stage, EXEC_MARK};
-use crate::mask::{MaskStream, Masker};
+use crate::mask::lazy::LazyMasker;
+use crate::mask::MaskStream;
 use crate::sys;
 
 fn relay_error(what: &str, e: Errno) -> LaunchError {
@@ -58,10 +59,16 @@ impl Relay {
         send(&mut self.to, &mut self.closed, bytes);
     }
 
-    /// Reads what is there now; false at end of stream (or an error).
-    fn pump(&mut self, masker: &mut Masker, out: &mut Vec<u8>) -> bool {
+    /// Reads what is there now; false at end of stream (or a read error).
+    /// A masker that cannot be built is the call's error: nothing read is
+    /// passed on unmasked.
+    fn pump(
+        &mut self,
+        masker: &mut LazyMasker<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, LaunchError> {
         let Some(from) = self.from.as_mut() else {
-            return false;
+            return Ok(false);
         };
         let mut buf = zeroize::Zeroizing::new([0u8; 16 * 1024]);
         loop {
@@ -69,11 +76,13 @@ impl Relay {
                 Ok(0) => break,
                 Ok(n) => {
                     out.clear();
-                    masker.feed(&mut self.stream, &buf[..n], out);
+                    masker
+                        .feed(&mut self.stream, &buf[..n], out)
+                        .map_err(|e| LaunchError::new(Stage::Exec, "mask_failed", e.to_string()))?;
                     send(&mut self.to, &mut self.closed, out);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
                 Err(_) => break,
             }
         }
@@ -81,7 +90,7 @@ impl Relay {
         out.clear();
         masker.finish(&mut self.stream, out);
         self.write(out);
-        false
+        Ok(false)
     }
 }
 
@@ -91,7 +100,7 @@ pub fn run(
     program: &CStr,
     argv: &[&CStr],
     envp: &[&CStr],
-    mut masker: Masker,
+    mut masker: LazyMasker<'_>,
     status: &mut File,
 ) -> Result<Ended, LaunchError> {
     let pipe = |what| nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| relay_error(what, e));
@@ -164,7 +173,7 @@ pub fn run(
         drop(fds);
         for (slot, &i) in open.iter().enumerate() {
             if ready[slot] {
-                relays[i].pump(&mut masker, &mut out);
+                relays[i].pump(&mut masker, &mut out)?;
             }
         }
         // Reap every child the namespace handed to its init; the program's
@@ -181,7 +190,7 @@ pub fn run(
     // What the program wrote before it ended is in the pipes: read it to
     // the end (or to what its leftovers have not written yet), then flush.
     for relay in &mut relays {
-        if relay.pump(&mut masker, &mut out) {
+        if relay.pump(&mut masker, &mut out)? {
             relay.from = None;
             out.clear();
             masker.finish(&mut relay.stream, &mut out);

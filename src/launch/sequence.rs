@@ -9,8 +9,9 @@
 //!    started ahead of need (pooled) with no plan there yet, seals and
 //!    unseals a throwaway value so the call's first unseal finds its set-up
 //!    done;
-//! 1. as root, with syscalls only: reads the plan and closes fd 3, closes
-//!    every fd above the status pipe (`close_range`), marks the status pipe
+//! 1. as root, with syscalls only: reads the plan (fd 3 stays open, CLOEXEC,
+//!    for the go that follows it, [`super::plan`]), closes every fd above
+//!    the status pipe (`close_range`), marks the status pipe
 //!    CLOEXEC, checks the plan against the passwd file and its view against
 //!    how this launcher was started, covers the key store (private view),
 //!    `setsid()`s, sets `RLIMIT_CORE` 0 and the plan's
@@ -21,7 +22,10 @@
 //!    listens;
 //! 2. verifies the drop held ([`super::drop_held::check_drop_held`]); any
 //!    failure is reported on the status pipe and nothing runs;
-//! 3. as the user: opens the identity, unseals only the requested secrets
+//! 3. as the user, with its own keyring and the syscall filter installed:
+//!    waits for the worker's go (the call's begin record is durable; the
+//!    pipe's end instead refuses the call, `begin_not_durable`), then opens
+//!    the identity, unseals only the requested secrets
 //!    into the program's fresh environment, enters the working folder, and
 //!    `execve`s the program (shared view) or starts it behind the masking
 //!    relay and ends when it ends (private view), or performs a built-in
@@ -46,13 +50,14 @@ use zeroize::{Zeroize, Zeroizing};
 use super::builtin;
 use super::credentials::{self, CREDENTIALS_DIR, CREDENTIALS_VARIABLE};
 use super::drop_held::check_drop_held;
-use super::plan::{Action, ExecPlan, LaunchPlan, MAX_PLAN_BYTES};
+use super::plan::{Action, ExecPlan, LaunchPlan, GO, MAX_PLAN_BYTES};
 use super::relay;
 use super::report::{Ended, LaunchError, Stage, StatusMessage, EXEC_MARK};
 use super::syscall_filter::SyscallFilter;
 use super::view;
 use crate::broker::substitute::BoundSecret;
 use crate::keys::{KeyStore, SecretName};
+use crate::mask::lazy::LazyMasker;
 use crate::mask::{MaskError, Masker};
 use crate::sys;
 use crate::user::{TargetUser, UserSpec};
@@ -122,25 +127,60 @@ fn plan_error(code: &str, message: String) -> LaunchError {
     LaunchError::new(Stage::Plan, code, message)
 }
 
-fn read_plan() -> Result<LaunchPlan, LaunchError> {
+/// Reads the framed plan from fd 3 ([`super::plan`]); the pipe is returned,
+/// CLOEXEC, for [`wait_for_go`].
+fn read_plan() -> Result<(LaunchPlan, File), LaunchError> {
+    use std::io::Read;
     let mut fd = sys::take_inherited_fd(sys::PLAN_FD)
         .ok_or_else(|| plan_error("plan_missing", "there is no plan on fd 3".into()))?;
-    // A plan names secrets but holds no value: a plain buffer will do.
-    let mut bytes = Vec::with_capacity(4096);
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&mut fd, MAX_PLAN_BYTES as u64 + 1),
-        &mut bytes,
-    )
-    .map_err(|e| plan_error("plan_unreadable", format!("reading the plan: {e}")))?;
-    if bytes.len() > MAX_PLAN_BYTES {
+    let unreadable =
+        |e: std::io::Error| plan_error("plan_unreadable", format!("reading the plan: {e}"));
+    let mut len = [0u8; 4];
+    fd.read_exact(&mut len).map_err(unreadable)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PLAN_BYTES {
         return Err(plan_error(
             "plan_too_large",
             format!("the plan is over {MAX_PLAN_BYTES} bytes"),
         ));
     }
-    drop(fd);
-    serde_json::from_slice(&bytes)
-        .map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))
+    // A plan names secrets but holds no value: a plain buffer will do.
+    let mut bytes = vec![0u8; len];
+    fd.read_exact(&mut bytes).map_err(unreadable)?;
+    nix::fcntl::fcntl(
+        sys::PLAN_FD,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(drop_error("fcntl(FD_CLOEXEC)"))?;
+    let plan = serde_json::from_slice(&bytes)
+        .map_err(|e| plan_error("plan_invalid", format!("the plan is not valid: {e}")))?;
+    Ok((plan, fd))
+}
+
+/// Waits for [`GO`] after the plan: the worker's word that the call's begin
+/// record is durable (or that it keeps none). Anything else — the pipe's
+/// end, another byte — refuses the call before a key is opened or anything
+/// of the user's runs. The pipe is closed either way.
+fn wait_for_go(mut plan_pipe: File) -> Result<(), LaunchError> {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    let read = loop {
+        match plan_pipe.read(&mut byte) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => break other,
+        }
+    };
+    match read {
+        Ok(1) if byte[0] == GO => Ok(()),
+        Ok(_) => Err(plan_error(
+            "begin_not_durable",
+            "the worker did not confirm the call's begin record; nothing ran".into(),
+        )),
+        Err(e) => Err(plan_error(
+            "begin_not_durable",
+            format!("waiting for the worker's go: {e}; nothing ran"),
+        )),
+    }
 }
 
 /// Checks the plan against the passwd file: the target must exist, not be
@@ -270,7 +310,7 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
         crate::keys::seal::warm_up();
         let _ = Masker::new(&[("warm-up", b"tono-seal warm-up value")]);
     }
-    let plan = read_plan()?;
+    let (plan, plan_pipe) = read_plan()?;
     let own_namespaces = own_namespaces?;
     sys::close_fds_from(sys::STATUS_FD as u32 + 1).map_err(drop_error("close_range"))?;
     nix::fcntl::fcntl(
@@ -357,6 +397,10 @@ fn launch(status: &mut File) -> Result<Finish, LaunchError> {
     })?;
     // Before anything user-chosen runs, and inherited by all of it.
     filter.install()?;
+    // All of the above overlapped the worker's writing of the call's begin
+    // record; nothing below (a key opened, a program run) comes before it
+    // is durable.
+    wait_for_go(plan_pipe)?;
     match &plan.action {
         Action::Exec(exec) => {
             let folders = Folders {
@@ -569,12 +613,14 @@ fn exec_program(
             ))
         }
     };
+    // Built at the tool's first byte of output (`mask::lazy`); a value too
+    // short to mask is refused here, before the tool starts.
+    let pairs: Vec<(&str, &[u8])> = unsealed
+        .iter()
+        .map(|(name, value)| (name.as_str(), &value[..]))
+        .collect();
     let masker = if relayed {
-        let pairs: Vec<(&str, &[u8])> = unsealed
-            .iter()
-            .map(|(name, value)| (name.as_str(), &value[..]))
-            .collect();
-        Some(Masker::new(&pairs).map_err(|e| {
+        Some(LazyMasker::new(&pairs).map_err(|e| {
             let code = match e {
                 MaskError::TooShort { .. } => "secret_too_short",
                 MaskError::Build(_) => "mask_failed",

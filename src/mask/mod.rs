@@ -26,6 +26,8 @@
 //! passed through unmasked. The patterns and held-back bytes are wiped.
 #![forbid(unsafe_code)]
 
+pub mod lazy;
+
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine;
 use zeroize::{Zeroize, Zeroizing};
@@ -264,12 +266,10 @@ impl std::fmt::Debug for Masker {
 }
 
 impl Masker {
-    /// A masker of `secrets` (name, value); each value must be at least
-    /// [`MIN_MASKED_BYTES`] long.
-    pub fn new(secrets: &[(&str, &[u8])]) -> Result<Self, MaskError> {
-        let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
-        let mut owner = Vec::new();
-        for (index, (name, value)) in secrets.iter().enumerate() {
+    /// Whether [`Masker::new`] would take `secrets`: each value has at
+    /// least [`MIN_MASKED_BYTES`] bytes that are not whitespace.
+    pub fn check(secrets: &[(&str, &[u8])]) -> Result<(), MaskError> {
+        for (name, value) in secrets {
             let solid = value.iter().filter(|&&b| !is_gap(b)).count();
             if solid < MIN_MASKED_BYTES {
                 return Err(MaskError::TooShort {
@@ -277,6 +277,17 @@ impl Masker {
                     len: solid,
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// A masker of `secrets` (name, value); each value must be at least
+    /// [`MIN_MASKED_BYTES`] long.
+    pub fn new(secrets: &[(&str, &[u8])]) -> Result<Self, MaskError> {
+        Self::check(secrets)?;
+        let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
+        let mut owner = Vec::new();
+        for (index, (_, value)) in secrets.iter().enumerate() {
             // A value with whitespace at its ends (a file's last newline)
             // is printed by most tools without it (`$(cat f)`, `.strip()`,
             // `read`): every form of the trimmed value too.

@@ -419,8 +419,11 @@ pub fn launch_by_hand(
     let null = tono_seal::drop::start::open_null().unwrap();
     let started =
         tono_seal::drop::start::start(&launch_bin(), Some(&null), true, namespaces, false).unwrap();
+    // Framed, and let go at once (no begin record to wait for).
+    let mut framed = tono_seal::launch::plan::frame(&serde_json::to_vec(plan).unwrap()).to_vec();
+    framed.push(tono_seal::launch::plan::GO);
     std::fs::File::from(started.plan)
-        .write_all(&serde_json::to_vec(plan).unwrap())
+        .write_all(&framed)
         .unwrap();
     let mut status = Vec::new();
     std::fs::File::from(started.status)
