@@ -121,7 +121,7 @@ pub fn main(cli: Cli) -> i32 {
 /// refuses to start otherwise, naming the capability and the fix: it never
 /// starts to warn per launcher, nor falls back to a weaker view.
 fn refuse_unless_granted(options: &RunOptions) -> Result<(), CliError> {
-    use crate::host::{HostFacts, Need};
+    use crate::host::Need;
     let mut needs = vec![Need::Drop];
     if options.view == crate::launch::view::View::Private {
         needs.push(Need::PrivateView);
@@ -132,7 +132,7 @@ fn refuse_unless_granted(options: &RunOptions) -> Result<(), CliError> {
             needs.push(Need::OwnNetwork);
         }
     }
-    HostFacts::current().require(&needs).map_err(Into::into)
+    crate::host::require(&needs).map_err(Into::into)
 }
 
 /// Whether `command` serves calls that overlap (a worker, an MCP server,
