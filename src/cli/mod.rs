@@ -89,6 +89,9 @@ pub fn main(cli: Cli) -> i32 {
         b.worker_threads(2);
         (launcher, b)
     } else {
+        // It waits for every removal before it exits (below) and has no
+        // other call to keep it off the path of: no remover thread.
+        crate::contain::remove_in_place();
         (
             launcher.without_pool(),
             tokio::runtime::Builder::new_current_thread(),
