@@ -332,6 +332,64 @@ fn a_memory_hog_is_killed_by_its_own_limit_and_others_finish() {
     assert_eq!(fine.exit_code, Some(0));
 }
 
+/// `run` makes one call and exits: it removes its call's cgroups itself,
+/// before it exits, with no remover thread (`contain::remove_in_place`).
+/// While the program runs, the call's folder `call-PID-0` is there in each
+/// hierarchy (the control: the probe sees it); once `run` has exited,
+/// `stat` of each says `ENOENT`.
+#[test]
+fn a_run_removes_its_call_cgroups_before_it_exits() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    need_root!();
+    let u = TestUser::bare();
+    let _starting = common::CLI_STARTS.read().unwrap_or_else(|p| p.into_inner());
+    let mut run = std::process::Command::new(common::tono_bin())
+        .args(["run", "--user", u.name(), "--", "/bin/sh", "-c"])
+        .arg("echo running; read line; echo \"got $line\"")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "running\n", "the program runs");
+    let name = format!("call-{}-0", run.id());
+    let mounts = tono_seal::contain::mounts();
+    let folders: Vec<std::path::PathBuf> = [&mounts.v2, &mounts.v1_pids, &mounts.v1_memory]
+        .into_iter()
+        .flatten()
+        .map(|m| m.join("tono").join(&name))
+        .collect();
+    assert!(!folders.is_empty(), "this host has cgroups");
+    for folder in &folders {
+        assert!(
+            folder.is_dir(),
+            "the control: {} is there while the call runs",
+            folder.display()
+        );
+    }
+    let mut stdin = run.stdin.take().unwrap();
+    stdin.write_all(b"done\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let status = run.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(rest, "got done\n");
+    for folder in &folders {
+        match std::fs::metadata(folder) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            other => panic!(
+                "{} once run has exited: {other:?}, not ENOENT",
+                folder.display()
+            ),
+        }
+    }
+}
+
 #[test]
 fn the_cgroups_of_a_killed_worker_are_swept_by_the_next() {
     need_root!();

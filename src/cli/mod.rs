@@ -89,6 +89,9 @@ pub fn main(cli: Cli) -> i32 {
         b.worker_threads(2);
         (launcher, b)
     } else {
+        // It waits for every removal before it exits (below) and has no
+        // other call to keep it off the path of: no remover thread.
+        crate::contain::remove_in_place();
         (
             launcher.without_pool(),
             tokio::runtime::Builder::new_current_thread(),
@@ -121,7 +124,7 @@ pub fn main(cli: Cli) -> i32 {
 /// refuses to start otherwise, naming the capability and the fix: it never
 /// starts to warn per launcher, nor falls back to a weaker view.
 fn refuse_unless_granted(options: &RunOptions) -> Result<(), CliError> {
-    use crate::host::{HostFacts, Need};
+    use crate::host::Need;
     let mut needs = vec![Need::Drop];
     if options.view == crate::launch::view::View::Private {
         needs.push(Need::PrivateView);
@@ -132,7 +135,7 @@ fn refuse_unless_granted(options: &RunOptions) -> Result<(), CliError> {
             needs.push(Need::OwnNetwork);
         }
     }
-    HostFacts::current().require(&needs).map_err(Into::into)
+    crate::host::require(&needs).map_err(Into::into)
 }
 
 /// Whether `command` serves calls that overlap (a worker, an MCP server,

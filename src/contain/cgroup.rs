@@ -365,7 +365,8 @@ impl CallCgroup {
 
     /// Kills everything in the call and waits for it to empty; then hands
     /// the empty cgroups to the remover thread, so their `rmdir` (and the
-    /// kernel's teardown) is off the call's path. On failure the user is
+    /// kernel's teardown) is off the call's path (or, in a process that
+    /// asked for [`remove_in_place`], removes them here). On failure the user is
     /// marked dirty, the cgroup is kept for a later [`cleanup`], and the
     /// error says why; a removal that fails later marks the user dirty then.
     pub fn finish(self) -> Result<Counters, String> {
@@ -503,9 +504,31 @@ fn pending_add(delta: i64) {
     }
 }
 
+/// Set by [`remove_in_place`]: emptied cgroups are removed by the thread
+/// that emptied them.
+static IN_PLACE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For a process that makes one call at a time and waits for every
+/// removal before it exits ([`settle`]), as the CLI's `run` and `call` do:
+/// from now on an emptied call cgroup is removed where it was emptied,
+/// before [`CallCgroup::finish`] returns, instead of by the remover thread.
+/// The removal is the same, and so is what a failure does (the user is
+/// marked dirty, the cgroup kept for [`cleanup`]); the process saves the
+/// thread's start and the wait for it to be scheduled, which on a busy
+/// machine is most of a removal's cost.
+pub fn remove_in_place() {
+    IN_PLACE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Queues an emptied cgroup for removal by the remover thread (started on
-/// first use); removes it here if that thread cannot run.
+/// first use); removes it here if that thread cannot run, or if this
+/// process asked for [`remove_in_place`].
 fn remove_later(cg: CallCgroup) {
+    if IN_PLACE.load(std::sync::atomic::Ordering::Relaxed) {
+        pending_add(1);
+        removed(cg);
+        return;
+    }
     static REMOVER: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<CallCgroup>>>> =
         std::sync::OnceLock::new();
     let sender = REMOVER.get_or_init(|| {

@@ -23,7 +23,9 @@ pub mod limits;
 pub mod mounts;
 pub mod sweep;
 
-pub use cgroup::{cleanup, is_dirty, settle, CallCgroup, EMPTY_TIMEOUT, UNASSIGNED};
+pub use cgroup::{
+    cleanup, is_dirty, remove_in_place, settle, CallCgroup, EMPTY_TIMEOUT, UNASSIGNED,
+};
 pub use dead_workers::sweep_dead_workers;
 pub use limits::{AppliedLimits, Counters, DEFAULT_MEMORY_MAX, DEFAULT_PIDS_MAX};
 pub use mounts::{mounts, untracked, use_mounts, v2_only, Mounts};

@@ -122,8 +122,7 @@ pub(crate) async fn launch_as_after(
     if plan.in_own_network() {
         needs.push(crate::host::Need::OwnNetwork);
     }
-    crate::host::HostFacts::current()
-        .require(&needs)
+    crate::host::require(&needs)
         .map_err(|l| LaunchError::new(Stage::Spawn, l.code(), l.message()))?;
     let call_end = match (&options.env.config.proxy, network) {
         (Some(url), Network::Proxy) => {

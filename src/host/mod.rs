@@ -173,11 +173,64 @@ pub struct HostFacts {
 
 static CURRENT: OnceLock<HostFacts> = OnceLock::new();
 
+/// This process's privileges, read once (a worker's capabilities do not
+/// grow): all that a need is decided by.
+static PRIVILEGES: OnceLock<Privileges> = OnceLock::new();
+
+fn current_privileges() -> &'static Privileges {
+    PRIVILEGES.get_or_init(Privileges::read)
+}
+
+/// Refuses with the first need of `needs` this host does not grant this
+/// process: [`HostFacts::require`] of [`HostFacts::current`], deciding by
+/// the same capability sets, without reading the rest of the facts on the
+/// way of every call (the container's markers, user namespaces, cgroups:
+/// about 70 µs a process here); the markers are read only to word a
+/// refusal's fix.
+pub fn require(needs: &[Need]) -> Result<(), Lacking> {
+    let privileges = current_privileges();
+    match needs.iter().find_map(|n| missing(privileges, *n)) {
+        Some((need, missing)) => Err(Lacking {
+            need,
+            missing,
+            runtime: CURRENT
+                .get()
+                .map(|facts| facts.container.clone())
+                .unwrap_or_else(Container::detect)
+                .runtime,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The capabilities `need` needs that `privileges` lack, if any.
+fn missing(privileges: &Privileges, need: Need) -> Option<(Need, Vec<Capability>)> {
+    let set = if need.in_launcher() {
+        // The launcher gets the bounding set only when a root worker
+        // with it in effect starts it: the worker's own steps (its
+        // clone into new PID and network namespaces, signalling the
+        // launcher, the store's checks) use its effective set, and a
+        // worker under SECBIT_NOROOT, or not root, hands the launcher
+        // no more than that. Both must hold the capability.
+        CapSet(privileges.bounding.0 & privileges.effective.0)
+    } else {
+        privileges.effective
+    };
+    let missing: Vec<Capability> = need
+        .capabilities()
+        .iter()
+        .copied()
+        .filter(|c| !set.has(*c))
+        .collect();
+    (!missing.is_empty()).then_some((need, missing))
+}
+
 impl HostFacts {
-    /// Reads them now.
+    /// Reads them now (this process's privileges as [`require`] read them,
+    /// if it did).
     pub fn detect() -> Self {
         Self {
-            privileges: Privileges::read(),
+            privileges: *current_privileges(),
             container: Container::detect(),
             user_namespaces: UserNamespaces::detect(),
             cgroups: Cgroups::detect(),
@@ -191,24 +244,7 @@ impl HostFacts {
 
     /// What `need` lacks here, or `None` when the host grants it.
     pub fn lacking(&self, need: Need) -> Option<Lacking> {
-        let set = if need.in_launcher() {
-            // The launcher gets the bounding set only when a root worker
-            // with it in effect starts it: the worker's own steps (its
-            // clone into new PID and network namespaces, signalling the
-            // launcher, the store's checks) use its effective set, and a
-            // worker under SECBIT_NOROOT, or not root, hands the launcher
-            // no more than that. Both must hold the capability.
-            CapSet(self.privileges.bounding.0 & self.privileges.effective.0)
-        } else {
-            self.privileges.effective
-        };
-        let missing: Vec<Capability> = need
-            .capabilities()
-            .iter()
-            .copied()
-            .filter(|c| !set.has(*c))
-            .collect();
-        (!missing.is_empty()).then(|| Lacking {
+        missing(&self.privileges, need).map(|(need, missing)| Lacking {
             need,
             missing,
             runtime: self.container.runtime.clone(),
