@@ -76,6 +76,16 @@ fn call(launcher: &Launcher, user: &TargetUser) -> Outcome {
     }))
 }
 
+/// The scheduling policy of `pid`, from `/proc/PID/sched`.
+fn policy(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/sched"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("policy"))
+        .and_then(|v| v.trim_start_matches([' ', ':']).trim().parse().ok())
+        .expect("a policy line")
+}
+
 fn status_field(pid: u32, field: &str) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -117,6 +127,8 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
             "launcher {pid} waits in its own call cgroup: {cgroups}"
         );
         homes.push(v2);
+        // Waiting at SCHED_IDLE (5), so a refill takes no core from a call.
+        assert_eq!(policy(pid), 5, "launcher {pid} waits at SCHED_IDLE");
         let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
         assert!(
             wchan.contains("pipe_read") || wchan.contains("wait") || wchan == "0",
@@ -132,6 +144,23 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
         let out = call(&launcher, &u.user);
         assert_eq!(out.stdout, want, "{out:?}");
     }
+
+    // A call that takes a waiting launcher runs at the normal policy
+    // (SCHED_OTHER, 0), its tool with it; the launchers it took from were
+    // at SCHED_IDLE (above).
+    wait_for_listed(POOL_SIZE);
+    let raw = serde_json::to_vec(&json!({"tool": "shell", "args": {
+        "command": "sed -n 's/^policy *: *//p' /proc/self/sched"}}))
+    .unwrap();
+    let out = rt().block_on(drop_and_run(&DropRequest {
+        launcher: &launcher,
+        policy: &Policy::default(),
+        user: &u.user,
+        grants: &[],
+        call: &raw,
+        options: RunOptions::default(),
+    }));
+    assert_eq!(out.stdout.trim(), "0", "{out:?}");
 
     // Kill every launcher in the pool: the next call must not be handed a
     // dead one, and must still run. The pool's own list, not the process

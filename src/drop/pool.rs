@@ -28,10 +28,21 @@
 //! anything; a worker that drains the pool first ([`drain`]) also ends the
 //! launcher the refill is starting at that moment and removes its cgroup,
 //! so no call cgroup outlives a worker that exits.
+//!
+//! Where the worker can put a process back to the normal scheduling policy
+//! (root with `CAP_SYS_NICE`, asked once), the refill thread, and so every
+//! launcher it starts while that launcher loads and waits, runs at
+//! `SCHED_IDLE`: on a small host a refill would
+//! otherwise take a core from the call in flight (a launcher's start costs
+//! about a millisecond of CPU: exec, loading, the warm-up). A launcher is
+//! put back to the normal policy when a call takes it, before its plan, so
+//! the call and its tool run as any other; one that cannot be is ended,
+//! never handed out.
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use super::start::{open_null, start_in_cgroup, Started};
@@ -146,10 +157,17 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
         // A launcher that died while it waited (killed by an operator, out
         // of memory) is reaped here and not handed out; its cgroup goes.
         match sys::try_reap(ready.started.pid) {
-            Ok(None) => {
-                found = Some(ready);
-                break;
-            }
+            Ok(None) => match normal_scheduling(ready.started.pid) {
+                Ok(()) => {
+                    found = Some(ready);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a pooled launcher could not be given the normal scheduling policy; ended");
+                    ready.started.end();
+                    let _ = ready.cgroup.finish();
+                }
+            },
             Ok(Some(_)) | Err(_) => {
                 let _ = ready.cgroup.finish();
             }
@@ -213,9 +231,34 @@ pub fn replenish() {
     }
 }
 
+/// Whether the refill thread runs at `SCHED_IDLE`, so its launchers need
+/// putting back when taken.
+static IDLE_REFILL: AtomicBool = AtomicBool::new(false);
+
+/// Puts a taken launcher back to the normal policy where the refill runs
+/// at `SCHED_IDLE`.
+fn normal_scheduling(pid: libc::pid_t) -> io::Result<()> {
+    if IDLE_REFILL.load(Ordering::Relaxed) {
+        sys::set_normal_scheduling(pid)
+    } else {
+        Ok(())
+    }
+}
+
 /// The refill thread: keeps [`POOL_SIZE`] launchers waiting for every
 /// kind a call has asked for.
 fn refill() {
+    // Only where a launcher can be put back (root with CAP_SYS_NICE; a
+    // container's default set lacks it): asked of a thread of its own,
+    // which may be left at SCHED_IDLE.
+    let can_return = std::thread::spawn(|| {
+        sys::set_idle_scheduling().is_ok() && sys::set_normal_scheduling(0).is_ok()
+    })
+    .join()
+    .unwrap_or(false);
+    if can_return {
+        IDLE_REFILL.store(sys::set_idle_scheduling().is_ok(), Ordering::Relaxed);
+    }
     let pool = pool();
     loop {
         let short: Vec<Kind> = {

@@ -29,7 +29,7 @@ pub use keyring::{
 pub use net::{current_netns, in_netns_of, listen_in_netns_of, loopback_up, NetnsId};
 pub use process::{
     default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,
-    try_reap, watch_pidfd, x32_abi_enabled,
+    set_idle_scheduling, set_normal_scheduling, try_reap, watch_pidfd, x32_abi_enabled,
 };
 pub use spawn::{
     dup_above, pipe_above_status, spawn_launcher, spawn_program, NewNamespaces, SpawnedLauncher,

@@ -159,3 +159,27 @@ pub fn x32_abi_enabled() -> bool {
     let rc = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
     rc >= 0
 }
+
+/// `sched_setscheduler(pid, policy, 0)`; `pid` 0 is the calling thread.
+fn set_scheduling(pid: libc::pid_t, policy: libc::c_int) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads one sched_param at `param`, a live
+    // local; the policies used here take priority 0.
+    if unsafe { libc::sched_setscheduler(pid, policy, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Puts the calling thread, and so every process it starts from now on, at
+/// `SCHED_IDLE`: it runs only on a core nothing else wants.
+pub fn set_idle_scheduling() -> io::Result<()> {
+    set_scheduling(0, libc::SCHED_IDLE)
+}
+
+/// Puts process `pid` (its one thread) back to the normal policy,
+/// `SCHED_OTHER` at nice 0's weight; root only, as the worker is.
+pub fn set_normal_scheduling(pid: libc::pid_t) -> io::Result<()> {
+    set_scheduling(pid, libc::SCHED_OTHER)
+}
