@@ -201,16 +201,15 @@ async fn run_call(
                 &network.to_string(),
                 &view,
             );
-            let log = Arc::clone(log);
             let (durable, go) = tokio::sync::oneshot::channel();
+            // Polled after the launch's first poll (join! starts with the
+            // first future), which has sent the plan where nothing made it
+            // wait: the record is then written while the launcher works,
+            // here when no fsync runs (no thread to start, the usual case
+            // of a one-shot `run` and of calls one after another), else in
+            // the blocking pool with the calls in flight.
             let begun = async move {
-                let begun = tokio::task::spawn_blocking(move || log.begin(record))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(AuditError::Broken(format!(
-                            "the receipt's writer failed: {e}"
-                        )))
-                    });
+                let begun = off_runtime(log, move |log| log.begin(record)).await;
                 let _ = durable.send(begun.is_ok());
                 begun
             };
@@ -222,7 +221,7 @@ async fn run_call(
                 (timeout, None),
                 Some(go),
             );
-            let (begun, launched) = tokio::join!(begun, launch);
+            let (launched, begun) = tokio::join!(launch, begun);
             match begun {
                 Ok(begun) => {
                     *gate = Gate::Begun(begun);
