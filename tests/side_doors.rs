@@ -834,6 +834,46 @@ fn a_call_runs_under_an_outer_filter_that_kills_x32_syscalls() {
         );
         assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{view}");
     }
+    // An operator's refused syscalls (x86_64 numbers only) under it: a
+    // typed refusal, since whether x32 runs is unknown there, where the
+    // control, without the filter, runs on a kernel without x32.
+    let config = std::env::temp_dir().join(format!("tonotest-x32-{}.json", std::process::id()));
+    std::fs::write(&config, r#"{"refuse_syscalls": ["ptrace"]}"#).unwrap();
+    let run_refusing = |wrap: bool| {
+        let mut argv = vec![
+            tono_bin().into_os_string(),
+            "run".into(),
+            "--env-config".into(),
+            config.clone().into_os_string(),
+            "--user".into(),
+            u.user.name.clone().into(),
+            "--".into(),
+            "/bin/echo".into(),
+            "ran".into(),
+        ];
+        if wrap {
+            let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_os_str()).collect();
+            under_x32_killer(&argv)
+        } else {
+            Command::new(argv.remove(0))
+                .args(argv)
+                .stdin(Stdio::null())
+                .output()
+                .expect("tono-seal")
+        }
+    };
+    let refused = run_refusing(true);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.signal(), None, "{refused:?}");
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(said.contains("x32 syscalls may run here"), "{said}");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "", "{said}");
+    if !x32_runs() {
+        let control = run_refusing(false);
+        assert!(control.status.success(), "{control:?}");
+        assert_eq!(String::from_utf8_lossy(&control.stdout), "ran\n");
+    }
+    let _ = std::fs::remove_file(&config);
 }
 
 /// Whether this kernel runs x32 syscalls: `getpid` with the x32 bit, from
