@@ -10,7 +10,7 @@ mod common;
 
 use std::process::{Command, Output, Stdio};
 
-use common::{launcher, rt, TestUser};
+use common::{launcher, rt, tono_bin, TestUser};
 use serde_json::{json, Value};
 use tono_seal::classify::Policy;
 use tono_seal::drop::{drop_and_run, DropRequest, RunOptions, SecretGrant};
@@ -759,6 +759,121 @@ fn a_provider_program_is_refused_a_login_folder_holding_a_planted_link() {
     u.sh("rm -rf .codex leak && mkdir -p .codex/sessions && echo t > .codex/auth.json");
     let o = sh(&user, &[], "echo provider ran", provider());
     assert_eq!(ran(&o), "provider ran\n");
+}
+
+/// Runs argv under a seccomp filter of the kind a native-only libseccomp
+/// filter is (a service manager's `SystemCallArchitectures=native`, a
+/// runtime's profile without x32): any syscall with the x32 bit kills the
+/// process (`SIGSYS`), every other is allowed.
+const X32_KILLER: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+# load nr; nr >= 0x40000000: SECCOMP_RET_KILL_PROCESS; else SECCOMP_RET_ALLOW
+insns = [(0x20, 0, 0, 0), (0x35, 0, 1, 0x40000000), (0x06, 0, 0, 0x80000000), (0x06, 0, 0, 0x7fff0000)]
+code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in insns))
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+prog = Prog(len(insns), ctypes.addressof(code))
+# PR_SET_SECCOMP, SECCOMP_MODE_FILTER (root: no no_new_privs needed)
+if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+    sys.exit("prctl: errno %d" % ctypes.get_errno())
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+
+/// `argv` run under [`X32_KILLER`].
+fn under_x32_killer(argv: &[&std::ffi::OsStr]) -> Output {
+    Command::new(PYTHON)
+        .args(["-c", X32_KILLER])
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3")
+}
+
+#[test]
+fn a_call_runs_under_an_outer_filter_that_kills_x32_syscalls() {
+    need_root!();
+    use std::ffi::OsStr;
+    use std::os::unix::process::ExitStatusExt;
+    let u = TestUser::bare();
+    // The filter is in force: getpid with the x32 bit is killed under it
+    // (SIGSYS), the same Python's plain getpid is not.
+    let getpid = |nr: &str| {
+        under_x32_killer(&[
+            OsStr::new(PYTHON),
+            OsStr::new("-c"),
+            OsStr::new(&format!(
+                "import ctypes; ctypes.CDLL(None).syscall({nr}); print('alive')"
+            )),
+        ])
+    };
+    let plain = getpid("39");
+    assert!(plain.status.success(), "{plain:?}");
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "alive\n");
+    let x32 = getpid("0x40000000 | 39");
+    assert_eq!(x32.status.signal(), Some(libc::SIGSYS), "{x32:?}");
+    // A call under it runs, in both views: the launcher asks nothing of
+    // the x32 numbers under someone else's filter.
+    for view in ["private", "shared"] {
+        let o = under_x32_killer(&[
+            tono_bin().as_os_str(),
+            OsStr::new("run"),
+            OsStr::new("--user"),
+            OsStr::new(&u.user.name),
+            OsStr::new("--view"),
+            OsStr::new(view),
+            OsStr::new("--"),
+            OsStr::new("/bin/echo"),
+            OsStr::new("ran"),
+        ]);
+        assert!(
+            o.status.success(),
+            "{view}: {:?}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{view}");
+    }
+    // An operator's refused syscalls (x86_64 numbers only) under it: a
+    // typed refusal, since whether x32 runs is unknown there, where the
+    // control, without the filter, runs on a kernel without x32.
+    let config = std::env::temp_dir().join(format!("tonotest-x32-{}.json", std::process::id()));
+    std::fs::write(&config, r#"{"refuse_syscalls": ["ptrace"]}"#).unwrap();
+    let run_refusing = |wrap: bool| {
+        let mut argv = vec![
+            tono_bin().into_os_string(),
+            "run".into(),
+            "--env-config".into(),
+            config.clone().into_os_string(),
+            "--user".into(),
+            u.user.name.clone().into(),
+            "--".into(),
+            "/bin/echo".into(),
+            "ran".into(),
+        ];
+        if wrap {
+            let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_os_str()).collect();
+            under_x32_killer(&argv)
+        } else {
+            Command::new(argv.remove(0))
+                .args(argv)
+                .stdin(Stdio::null())
+                .output()
+                .expect("tono-seal")
+        }
+    };
+    let refused = run_refusing(true);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.signal(), None, "{refused:?}");
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(said.contains("x32 syscalls may run here"), "{said}");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "", "{said}");
+    if !x32_runs() {
+        let control = run_refusing(false);
+        assert!(control.status.success(), "{control:?}");
+        assert_eq!(String::from_utf8_lossy(&control.stdout), "ran\n");
+    }
+    let _ = std::fs::remove_file(&config);
 }
 
 /// Whether this kernel runs x32 syscalls: `getpid` with the x32 bit, from

@@ -186,9 +186,11 @@ impl SyscallFilter {
                 return Err(LaunchError::new(
                     Stage::Plan,
                     "syscall_filter_incomplete",
-                    "this kernel runs x32 syscalls, and the operator's refused syscalls are \
-                     compiled for x86_64 numbers only; boot with syscall.x32=n, or drop \
-                     refuse_syscalls from the env config",
+                    "x32 syscalls may run here (this kernel runs them, or a seccomp filter \
+                     of this process's own, a container runtime's or a service manager's, \
+                     leaves that unknown), and the operator's refused syscalls are compiled \
+                     for x86_64 numbers only; boot with syscall.x32=n and run without such \
+                     a filter, or drop refuse_syscalls from the env config",
                 ));
             }
         }
