@@ -261,6 +261,20 @@ pub type Go = tokio::sync::oneshot::Receiver<bool>;
 /// Writes the framed plan, then, once `go` says so (at once without one),
 /// [`crate::launch::plan::GO`]; the pipe closes when this returns, so a
 /// launcher still waiting reads its end and refuses the call.
+/// Writes as much of `bytes` into the empty pipe `fd` as it holds at once:
+/// all of them where they fit its capacity (a write to an empty pipe of
+/// no more than its capacity does not wait), none otherwise, or when the
+/// launcher is gone. Returns how many.
+fn write_now(fd: &std::os::fd::OwnedFd, bytes: &[u8]) -> usize {
+    use std::os::fd::AsRawFd;
+    let capacity =
+        nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
+    if bytes.len() > usize::try_from(capacity).unwrap_or(0) {
+        return 0;
+    }
+    nix::unistd::write(fd, bytes).unwrap_or(0)
+}
+
 async fn send_plan(mut tx: pipe::Sender, framed: zeroize::Zeroizing<Vec<u8>>, go: Option<Go>) {
     if tx.write_all(&framed).await.is_err() {
         return;
@@ -446,9 +460,15 @@ pub async fn launch_tapped(
         .transpose()
         .map_err(|e| spawn_error("stderr pipe", e))?;
     let mut status_rx = Some(receiver(status_r).map_err(|e| spawn_error("status pipe", e))?);
+    // The plan goes into its fresh, empty pipe now, in one write, where it
+    // fits (as a call's plan does): a write through the runtime would wait
+    // for the reactor's next turn, and the begin record's fsync, polled
+    // next on this task, would then run before the launcher had its plan.
+    let sent_now = write_now(&plan_w, &framed);
+    let framed = zeroize::Zeroizing::new(framed[sent_now..].to_vec());
     let plan_tx = pipe::Sender::from_owned_fd(plan_w).map_err(|e| spawn_error("plan pipe", e))?;
-    // Polled until the plan and its go are written or the launcher is
-    // gone; it holds the pipe until then.
+    // Polled until the rest of the plan and its go are written or the
+    // launcher is gone; it holds the pipe until then.
     let plan_sent = send_plan(plan_tx, framed, go);
     tokio::pin!(plan_sent);
     let mut plan_pending = true;
