@@ -652,7 +652,7 @@ fn a_thousand_calls_behind_the_proxy_leave_nothing_behind() {
 
 #[test]
 fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
-    use tono_seal::launch::plan::{Action, ExecPlan, LaunchPlan};
+    use tono_seal::launch::plan::LaunchPlan;
     use tono_seal::launch::report::StatusReport;
     use tono_seal::sys::NewNamespaces;
     need_root!();
@@ -661,16 +661,7 @@ fn a_launcher_runs_a_call_only_on_the_network_its_plan_names() {
     let plan = |network: Network| LaunchPlan {
         network,
         worker_netns: Some(tono_seal::sys::current_netns().unwrap()),
-        ..LaunchPlan::for_user(
-            &u.user,
-            Action::Exec(ExecPlan {
-                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
-                cwd: None,
-                env: Vec::new().into(),
-                secrets: Vec::new(),
-                upstream_ca: None,
-            }),
-        )
+        ..common::touch_plan(&u.user, &marker)
     };
     let own = |net: bool| NewNamespaces { pid: true, net };
     // A call of network none in a launcher on the host's network, and one

@@ -370,16 +370,7 @@ fn a_launcher_runs_a_call_only_in_the_namespaces_its_view_needs() {
     let marker = common::marker_path(&format!("tono-view-mismatch-{}", std::process::id()));
     let touch = |view: View| tono_seal::launch::plan::LaunchPlan {
         view,
-        ..tono_seal::launch::plan::LaunchPlan::for_user(
-            &u.user,
-            tono_seal::launch::plan::Action::Exec(tono_seal::launch::plan::ExecPlan {
-                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
-                cwd: None,
-                env: Vec::new().into(),
-                secrets: Vec::new(),
-                upstream_ca: None,
-            }),
-        )
+        ..common::touch_plan(&u.user, &marker)
     };
     use tono_seal::launch::report::StatusReport;
     for (view, own) in [(View::Private, false), (View::Shared, true)] {
@@ -415,23 +406,14 @@ fn proc_status(pid: i32, field: &str) -> String {
 #[test]
 fn a_launcher_prepares_the_call_but_runs_nothing_before_its_go() {
     use std::io::{Read, Write};
-    use tono_seal::launch::plan::{frame, Action, ExecPlan, LaunchPlan, GO};
+    use tono_seal::launch::plan::{frame, LaunchPlan, GO};
     use tono_seal::launch::report::StatusReport;
     need_root!();
     let u = TestUser::with_key();
     let marker = common::marker_path(&format!("tono-go-{}", std::process::id()));
     let plan = LaunchPlan {
         view: View::Private,
-        ..LaunchPlan::for_user(
-            &u.user,
-            Action::Exec(ExecPlan {
-                argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
-                cwd: None,
-                env: Vec::new().into(),
-                secrets: Vec::new(),
-                upstream_ca: None,
-            }),
-        )
+        ..common::touch_plan(&u.user, &marker)
     };
     let json = serde_json::to_vec(&plan).unwrap();
     let start = || {
@@ -440,8 +422,15 @@ fn a_launcher_prepares_the_call_but_runs_nothing_before_its_go() {
             pid: true,
             net: false,
         };
-        tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, private, false)
-            .unwrap()
+        let started =
+            tono_seal::drop::start::start(&common::launch_bin(), Some(&null), true, private, false)
+                .unwrap();
+        (
+            started.pid,
+            std::fs::File::from(started.plan),
+            started.status,
+            (started.stdout, started.stderr),
+        )
     };
     let finish = |pid: i32, status: std::os::fd::OwnedFd| {
         let mut bytes = Vec::new();
@@ -452,14 +441,7 @@ fn a_launcher_prepares_the_call_but_runs_nothing_before_its_go() {
     let user_uid = format!("\t{}\t", u.user.uid);
 
     // Held: past the drop, asleep on the pipe, nothing run; then the go.
-    let tono_seal::drop::start::Started {
-        pid,
-        plan: pipe,
-        status,
-        stdout: _out,
-        stderr: _err,
-    } = start();
-    let mut pipe = std::fs::File::from(pipe);
+    let (pid, mut pipe, status, _output) = start();
     pipe.write_all(&frame(&json)).unwrap();
     let mut seen = (String::new(), String::new());
     for _ in 0..20_000 {
@@ -482,16 +464,11 @@ fn a_launcher_prepares_the_call_but_runs_nothing_before_its_go() {
 
     // No go: the pipe's end, or another byte, refuses the call.
     for tail in [&b""[..], b"X"] {
-        let tono_seal::drop::start::Started {
-            pid,
-            plan: pipe,
-            status,
-            stdout: _out,
-            stderr: _err,
-        } = start();
+        let (pid, mut pipe, status, _output) = start();
         let mut framed = frame(&json).to_vec();
         framed.extend_from_slice(tail);
-        std::fs::File::from(pipe).write_all(&framed).unwrap();
+        pipe.write_all(&framed).unwrap();
+        drop(pipe);
         match finish(pid, status) {
             StatusReport::Failed(e) => assert_eq!(e.code, "begin_not_durable", "{tail:?}: {e:?}"),
             other => panic!("{tail:?}: not refused: {other:?}"),

@@ -433,6 +433,22 @@ pub fn launch_by_hand(
     tono_seal::launch::report::StatusReport::decode(&status)
 }
 
+/// A plan for `user` whose program leaves `marker`: what a launch by hand
+/// runs to show, by the marker's presence, whether anything ran.
+pub fn touch_plan(user: &TargetUser, marker: &str) -> tono_seal::launch::plan::LaunchPlan {
+    use tono_seal::launch::plan::{Action, ExecPlan, LaunchPlan};
+    LaunchPlan::for_user(
+        user,
+        Action::Exec(ExecPlan {
+            argv: vec!["/bin/sh".into(), "-c".into(), format!("touch {marker}")],
+            cwd: None,
+            env: Vec::new().into(),
+            secrets: Vec::new(),
+            upstream_ca: None,
+        }),
+    )
+}
+
 /// A launch by hand that ran its program: it ended (or exec'd in place)
 /// and left `marker`, which is removed for the next one.
 pub fn assert_ran(report: &tono_seal::launch::report::StatusReport, marker: &str, what: &str) {
