@@ -17,7 +17,8 @@
 //! Guarantees: only calls with stdin `/dev/null`, captured output and the
 //! default cgroup limits take a pooled launcher (the shape it was started
 //! with); a pooled launcher that died while waiting is reaped and never
-//! handed out, and its cgroup is removed; the pool keeps
+//! handed out, and its cgroup is removed; a call takes the launcher that
+//! has waited longest (the newest may still be loading); the pool keeps
 //! [`POOL_SIZE`] launchers per launcher path and kind (the namespaces of
 //! its own it waits in: PID for the private view, network for a network
 //! not the host's, or none), refilled when a call ends
@@ -39,7 +40,7 @@
 //! the call and its tool run as any other; one that cannot be is ended,
 //! never handed out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,8 +105,9 @@ type Kind = (PathBuf, sys::NewNamespaces);
 
 #[derive(Default)]
 struct Waiting {
-    /// Launchers waiting for a plan, by kind.
-    ready: HashMap<Kind, Vec<Ready>>,
+    /// Launchers waiting for a plan, by kind, oldest first: the order
+    /// calls take them in.
+    ready: HashMap<Kind, VecDeque<Ready>>,
     /// Drained for an exit: a launcher the refill was starting is ended,
     /// not kept (until a call asks again).
     closed: bool,
@@ -153,7 +155,11 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
         .entry((path.to_path_buf(), namespaces))
         .or_default();
     let mut found = None;
-    while let Some(ready) = list.pop() {
+    // The oldest first: the newest may have been started by the refill a
+    // moment ago and still be loading, while the oldest has had the longest
+    // to load and warm up (in calls back to back, taking the newest made
+    // four calls in ten wait about a millisecond for their launcher).
+    while let Some(ready) = list.pop_front() {
         // A launcher that died while it waited (killed by an operator, out
         // of memory) is reaped here and not handed out; its cgroup goes.
         match sys::try_reap(ready.started.pid) {
@@ -183,7 +189,8 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
 }
 
 /// The pids of the launchers in the pool now, ready to be handed out (not
-/// one the refill is still starting): for a status line or a test.
+/// one the refill is still starting), each kind's oldest first, the order
+/// calls take them in: for a status line or a test.
 pub fn waiting_pids() -> Vec<u32> {
     let Some(pool) = POOL.get() else {
         return Vec::new();
@@ -294,7 +301,7 @@ fn refill() {
                             started.started.end();
                             let _ = started.cgroup.finish();
                         } else {
-                            waiting.ready.entry(kind).or_default().push(started);
+                            waiting.ready.entry(kind).or_default().push_back(started);
                         }
                     }
                 }
