@@ -146,20 +146,10 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
     }
 
     // A call takes the launcher that has waited longest: the newest may
-    // have been started a moment ago and still be loading. The pool lists
-    // the oldest first; the kernel's start times (in clock ticks) agree.
+    // have been started a moment ago and still be loading. (One kind of
+    // launcher in this test: the pool lists each kind's oldest first.)
     let listed = wait_for_listed(POOL_SIZE);
     assert_eq!(listed.len(), POOL_SIZE, "{listed:?}");
-    let started_at = |pid: u32| -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let (_, rest) = stat.rsplit_once(") ").unwrap();
-        // Field 22 of stat; `rest` starts at field 3.
-        rest.split(' ').nth(19).unwrap().parse().unwrap()
-    };
-    assert!(
-        started_at(listed[0]) <= started_at(listed[1]),
-        "listed oldest first: {listed:?}"
-    );
     let out = call(&launcher, &u.user);
     assert_eq!(out.stdout, want, "{out:?}");
     let gone = |pid: u32| {
@@ -173,12 +163,16 @@ fn pooled_launchers_wait_as_root_and_a_dead_one_is_never_handed_out() {
         "the oldest launcher {} did not run the call: it still waits",
         listed[0]
     );
-    assert!(
-        !gone(listed[1]) && tono_seal::drop::pool::waiting_pids().contains(&listed[1]),
-        "the newer launcher {} still waits: {:?}",
-        listed[1],
-        tono_seal::drop::pool::waiting_pids()
+    // The newer one still waits, now first in line, and the refill's new
+    // launcher queues behind it.
+    let refilled = wait_for_listed(POOL_SIZE);
+    assert!(!gone(listed[1]), "the newer launcher {} ended", listed[1]);
+    assert_eq!(
+        refilled.first(),
+        Some(&listed[1]),
+        "after the call the newer launcher is next: {refilled:?} (before {listed:?})"
     );
+    assert!(!refilled.contains(&listed[0]), "{refilled:?}");
 
     // A call that takes a waiting launcher runs at the normal policy
     // (SCHED_OTHER, 0), its tool with it; the launchers it took from were
