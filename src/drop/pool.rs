@@ -17,7 +17,11 @@
 //! Guarantees: only calls with stdin `/dev/null`, captured output and the
 //! default cgroup limits take a pooled launcher (the shape it was started
 //! with); a pooled launcher that died while waiting is reaped and never
-//! handed out, and its cgroup is removed; a call takes the launcher that
+//! handed out, and its cgroup is removed; nor is one started before the
+//! worker's mount table last changed (its private copy of the host's
+//! mounts would show a mount the host has since removed, or miss one it
+//! has made): every take asks the kernel first ([`sys::MountTableWatch`]);
+//! a call takes the launcher that
 //! has waited longest (the newest may still be loading); the pool keeps
 //! [`POOL_SIZE`] launchers per launcher path and kind (the namespaces of
 //! its own it waits in: PID for the private view, network for a network
@@ -66,12 +70,15 @@ pub struct Ready {
     pub cgroup: CallCgroup,
     /// The limits that cgroup applies.
     pub limits: AppliedLimits,
+    /// The worker's mount table's generation when it was started (see
+    /// [`Waiting::mounts`]).
+    generation: u64,
 }
 
 impl Ready {
     /// Starts a launcher at `path` in `namespaces`, inside a fresh call
     /// cgroup.
-    fn start(path: &Path, namespaces: sys::NewNamespaces) -> io::Result<Self> {
+    fn start(path: &Path, namespaces: sys::NewNamespaces, generation: u64) -> io::Result<Self> {
         let null = open_null()?;
         let (started, cgroup, limits) = start_in_cgroup(
             path,
@@ -94,6 +101,7 @@ impl Ready {
             started,
             cgroup,
             limits,
+            generation,
         })
     }
 }
@@ -113,6 +121,15 @@ struct Waiting {
     closed: bool,
     /// The refill thread is starting a launcher (outside the lock).
     starting: bool,
+    /// The worker's mount table, watched: a launcher in a mount namespace
+    /// of its own holds a copy of it taken when it started, so one started
+    /// before a change (a mount, or an unmount that hides or locks
+    /// something) is ended, never handed out. Asked on every take; `None`
+    /// where it cannot be opened, which counts as a change on every take.
+    mounts: Option<sys::MountTableWatch>,
+    /// Bumped on every change of the mount table seen: launchers started
+    /// at an older generation are ended when a call would take them.
+    generation: u64,
 }
 
 struct Pool {
@@ -132,8 +149,16 @@ fn pool() -> &'static Pool {
         if let Err(e) = started {
             tracing::warn!(error = %e, "no launcher pool: every call starts its own launcher");
         }
+        let mounts = sys::MountTableWatch::open()
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "the mount table cannot be watched: no pooled launcher is handed out");
+            })
+            .ok();
         Pool {
-            waiting: Mutex::new(Waiting::default()),
+            waiting: Mutex::new(Waiting {
+                mounts,
+                ..Waiting::default()
+            }),
             wanted: Condvar::new(),
             started: Condvar::new(),
         }
@@ -150,6 +175,14 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     let pool = pool();
     let mut waiting = pool.waiting.lock().ok()?;
     waiting.closed = false;
+    if waiting
+        .mounts
+        .as_ref()
+        .is_none_or(sys::MountTableWatch::changed)
+    {
+        waiting.generation += 1;
+    }
+    let generation = waiting.generation;
     let list = waiting
         .ready
         .entry((path.to_path_buf(), namespaces))
@@ -162,6 +195,12 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     while let Some(ready) = list.pop_front() {
         // A launcher that died while it waited (killed by an operator, out
         // of memory) is reaped here and not handed out; its cgroup goes.
+        if ready.generation != generation {
+            // Its view of the host's mounts is older than the host's.
+            ready.started.end();
+            let _ = ready.cgroup.finish();
+            continue;
+        }
         match sys::try_reap(ready.started.pid) {
             Ok(None) => match normal_scheduling(ready.started.pid) {
                 Ok(()) => {
@@ -268,7 +307,7 @@ fn refill() {
     }
     let pool = pool();
     loop {
-        let short: Vec<Kind> = {
+        let (short, generation): (Vec<Kind>, u64) = {
             let Ok(mut waiting) = pool.waiting.lock() else {
                 return;
             };
@@ -281,7 +320,10 @@ fn refill() {
                     .collect();
                 if !short.is_empty() && !waiting.closed {
                     waiting.starting = true;
-                    break short;
+                    // Read before the launchers are started: a change
+                    // seen after this ends them, even one that came
+                    // before their clone.
+                    break (short, waiting.generation);
                 }
                 waiting = match pool.wanted.wait(waiting) {
                     Ok(w) => w,
@@ -294,7 +336,7 @@ fn refill() {
                 break;
             }
             // Started outside the lock: a call never waits for a spawn.
-            match Ready::start(&kind.0, kind.1) {
+            match Ready::start(&kind.0, kind.1, generation) {
                 Ok(started) => {
                     if let Ok(mut waiting) = pool.waiting.lock() {
                         if waiting.closed {

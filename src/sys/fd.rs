@@ -57,7 +57,7 @@ pub fn open_beneath(
 
 /// What `poll` reports on `fd` now, without waiting: its `revents` for
 /// `events` (0 when nothing is ready, or on an error of poll itself).
-fn poll_now(fd: RawFd, events: libc::c_short) -> libc::c_short {
+pub(super) fn poll_now(fd: RawFd, events: libc::c_short) -> libc::c_short {
     let mut poll = libc::pollfd {
         fd,
         events,

@@ -14,10 +14,12 @@
 //! One file per kind of resource: [`spawn`] (starting the launcher or a tool),
 //! [`process`] (reaping, pidfds, signal dispositions), [`fd`] (inherited
 //! fds and no-follow opens), [`net`] (network namespaces), [`keyring`]
-//! (the call's own session keyring).
+//! (the call's own session keyring), [`mounts`] (changes of the mount
+//! table).
 
 pub mod fd;
 pub mod keyring;
+pub mod mounts;
 pub mod net;
 pub mod process;
 pub mod spawn;
@@ -26,6 +28,7 @@ pub use fd::{close_fds_from, nothing_to_read, open_beneath, reader_gone, take_in
 pub use keyring::{
     add_session_key, invalidate_key, join_anonymous_session_keyring, session_keyring_id,
 };
+pub use mounts::MountTableWatch;
 pub use net::{current_netns, in_netns_of, listen_in_netns_of, loopback_up, NetnsId};
 pub use process::{
     default_all_signals, drop_capability_bounding_set, pidfd_open, pidfd_send_signal, reap,
