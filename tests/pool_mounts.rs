@@ -1,8 +1,9 @@
 //! A pooled launcher holds a copy of the worker's mount table taken when
 //! it started. After the host mounts or unmounts something, a call must
 //! see the host as it is now: a launcher started before the change is
-//! ended, never handed out. One test in its own binary, because the pool
-//! is the process's.
+//! ended at the change (so it holds no unmounted file system busy), and
+//! never handed out. One test in its own binary, because the pool is the
+//! process's.
 
 mod common;
 
@@ -48,6 +49,37 @@ fn gone(pid: u32) -> bool {
         s.rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('Z'))
     })
+}
+
+/// The pool's launchers once it holds `want`, each past making its own
+/// mount namespace (its `ns/mnt` is not this process's): each holds a
+/// copy of the host's mounts from then on.
+fn wait_for_own_mount_namespaces(want: usize) -> Vec<u32> {
+    let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    for _ in 0..1_000 {
+        let listed = wait_for_listed(want);
+        let apart = listed
+            .iter()
+            .all(|pid| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns != own));
+        if listed.len() >= want && apart {
+            return listed;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the pool's launchers never held mount namespaces of their own");
+}
+
+/// Until each of `pids` has ended (counted: at most 1,000 looks, 10 ms
+/// apart), with no call made meanwhile.
+fn wait_until_gone(pids: &[u32], change: &str) {
+    for _ in 0..1_000 {
+        if pids.iter().all(|pid| gone(*pid)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<&u32> = pids.iter().filter(|pid| !gone(**pid)).collect();
+    panic!("launchers {left:?}, started before {change}, still wait");
 }
 
 /// A tmpfs the test mounted on the host, unmounted when dropped.
@@ -99,7 +131,8 @@ fn a_pooled_launcher_started_before_the_host_mounts_or_unmounts_is_never_handed_
     let look = format!("cat {dir}/seen 2>&1; echo rc=$?");
 
     // Before any change: the file is not there, in the host's view or the
-    // call's, and the call is run by a pooled launcher.
+    // call's; the first call starts its own launcher and asks for the pool,
+    // and the next is run by a pooled one while the newer still waits.
     let first = shell(&launcher, &u.user, &look);
     assert!(first.stdout.contains("No such file"), "{first:?}");
     let before = wait_for_listed(POOL_SIZE);
@@ -109,50 +142,39 @@ fn a_pooled_launcher_started_before_the_host_mounts_or_unmounts_is_never_handed_
     assert!(gone(before[0]), "a pooled launcher ran the call (control)");
     assert!(!gone(before[1]), "the newer one still waits (control)");
 
-    // The host mounts a tmpfs with a file: the launchers waiting since
-    // before it hold a mount table without it. The call sees it, and
-    // neither of them ran it.
-    let listed = wait_for_listed(POOL_SIZE);
-    assert_eq!(listed.len(), POOL_SIZE, "{listed:?}");
+    // The host mounts a tmpfs with a file. The launchers waiting since
+    // before it, each in a mount namespace of its own (control), are
+    // ended at the change, before any call asks; the next call sees it.
+    let listed = wait_for_own_mount_namespaces(POOL_SIZE);
     let mounted = Mounted::at(&dir);
-    // Control: the launchers waiting since before hold no such mount.
-    for pid in &listed {
-        let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
-        assert!(!table.contains(&dir), "launcher {pid} already has {dir}");
-    }
+    wait_until_gone(&listed, "the mount");
     let out = shell(&launcher, &u.user, &look);
     assert_eq!(
         out.stdout, "mounted\nrc=0\n",
         "after the host mounted: {out:?}"
     );
-    for pid in &listed {
-        assert!(
-            gone(*pid),
-            "launcher {pid}, started before the mount, ended"
-        );
-    }
 
-    // Launchers started after the mount see it (control); then the host
-    // unmounts it, and a call no longer sees the file, with the errno.
-    let after_mount = wait_for_listed(POOL_SIZE);
+    // Launchers started after the mount see it (control: one from the pool
+    // runs the call); then the host unmounts it: the waiting ones are
+    // ended, and a call no longer sees the file, with the errno.
+    let after_mount = wait_for_own_mount_namespaces(POOL_SIZE);
     assert!(
         after_mount.iter().all(|pid| !listed.contains(pid)),
         "{after_mount:?} {listed:?}"
     );
     let control = shell(&launcher, &u.user, &look);
     assert_eq!(control.stdout, "mounted\nrc=0\n", "control: {control:?}");
-    let waiting = wait_for_listed(POOL_SIZE);
+    assert!(
+        gone(after_mount[0]),
+        "a pooled launcher ran the call (control)"
+    );
+    let waiting = wait_for_own_mount_namespaces(POOL_SIZE);
     mounted.unmount();
+    wait_until_gone(&waiting, "the unmount");
     let out = shell(&launcher, &u.user, &look);
     assert!(
         out.stdout.contains("No such file") && out.stdout.ends_with("rc=1\n"),
         "after the host unmounted, the call still saw the tmpfs: {out:?}"
     );
-    for pid in &waiting {
-        assert!(
-            gone(*pid),
-            "launcher {pid}, started before the unmount, ended"
-        );
-    }
     let _ = std::fs::remove_dir(&dir);
 }

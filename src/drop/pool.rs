@@ -17,10 +17,14 @@
 //! Guarantees: only calls with stdin `/dev/null`, captured output and the
 //! default cgroup limits take a pooled launcher (the shape it was started
 //! with); a pooled launcher that died while waiting is reaped and never
-//! handed out, and its cgroup is removed; nor is one started before the
-//! worker's mount table last changed (its private copy of the host's
-//! mounts would show a mount the host has since removed, or miss one it
-//! has made): every take asks the kernel first ([`sys::MountTableWatch`]);
+//! handed out, and its cgroup is removed; nor is one in a mount namespace
+//! of its own started before the worker's mount table last changed (its
+//! private copy of the host's mounts would show a mount the host has
+//! since removed, or miss one it has made): a thread of the pool blocks
+//! on the kernel's mark of a change ([`sys::MountTableWatch`]) and ends
+//! such launchers at once (so none holds an unmounted file system busy),
+//! and every take asks the kernel again first; where the mount table
+//! cannot be watched, calls of the private view start their own launcher;
 //! a call takes the launcher that
 //! has waited longest (the newest may still be loading); the pool keeps
 //! [`POOL_SIZE`] launchers per launcher path and kind (the namespaces of
@@ -132,6 +136,58 @@ struct Waiting {
     generation: u64,
 }
 
+impl Waiting {
+    /// The generation of the mount table now, bumped if it has changed
+    /// since last asked.
+    fn note_mount_changes(&mut self) -> u64 {
+        if self
+            .mounts
+            .as_ref()
+            .is_none_or(sys::MountTableWatch::changed)
+        {
+            self.generation += 1;
+        }
+        self.generation
+    }
+
+    /// Takes out every waiting launcher with a mount namespace of its own
+    /// started before the mount table's last change.
+    fn take_stale(&mut self) -> Vec<Ready> {
+        let generation = self.note_mount_changes();
+        let mut stale = Vec::new();
+        for ((_, namespaces), list) in self.ready.iter_mut() {
+            if namespaces.pid {
+                let (old, current): (VecDeque<Ready>, VecDeque<Ready>) = std::mem::take(list)
+                    .into_iter()
+                    .partition(|r| r.generation != generation);
+                *list = current;
+                stale.extend(old);
+            }
+        }
+        stale
+    }
+}
+
+/// The mount table's watcher thread: at each change, ends the waiting
+/// launchers it made stale and asks for new ones.
+fn end_stale_on_change(watch: &sys::MountTableWatch) {
+    let pool = pool();
+    while watch.wait_for_change().is_ok() {
+        let stale = match pool.waiting.lock() {
+            Ok(mut waiting) => waiting.take_stale(),
+            Err(_) => return,
+        };
+        if stale.is_empty() {
+            continue;
+        }
+        for ready in stale {
+            ready.started.end();
+            let _ = ready.cgroup.finish();
+        }
+        pool.wanted.notify_one();
+    }
+}
+
 struct Pool {
     waiting: Mutex<Waiting>,
     wanted: Condvar,
@@ -151,9 +207,25 @@ fn pool() -> &'static Pool {
         }
         let mounts = sys::MountTableWatch::open()
             .inspect_err(|e| {
-                tracing::warn!(error = %e, "the mount table cannot be watched: no pooled launcher is handed out");
+                tracing::warn!(error = %e, "the mount table cannot be watched: calls of the private view start their own launcher");
             })
             .ok();
+        // Ends the launchers a change of the mount table made stale as soon
+        // as it happens, not at the next call: each holds its copy of the
+        // host's mounts, and with it any file system the host has since
+        // unmounted (which stays busy while they live).
+        let watched = mounts
+            .is_some()
+            .then(sys::MountTableWatch::open)
+            .and_then(Result::ok)
+            .map(|watch| {
+                std::thread::Builder::new()
+                    .name("tono-mount-watch".into())
+                    .spawn(move || end_stale_on_change(&watch))
+            });
+        if let Some(Err(e)) = watched {
+            tracing::warn!(error = %e, "no watch of the mount table: stale launchers are ended at the next call");
+        }
         Pool {
             waiting: Mutex::new(Waiting {
                 mounts,
@@ -175,14 +247,13 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     let pool = pool();
     let mut waiting = pool.waiting.lock().ok()?;
     waiting.closed = false;
-    if waiting
-        .mounts
-        .as_ref()
-        .is_none_or(sys::MountTableWatch::changed)
-    {
-        waiting.generation += 1;
+    // Only a launcher in a mount namespace of its own (the init of a PID
+    // namespace makes one) holds a copy of the host's mounts.
+    let own_mounts = namespaces.pid;
+    if own_mounts && waiting.mounts.is_none() {
+        return None;
     }
-    let generation = waiting.generation;
+    let generation = waiting.note_mount_changes();
     let list = waiting
         .ready
         .entry((path.to_path_buf(), namespaces))
@@ -195,7 +266,7 @@ pub fn take(path: &Path, namespaces: sys::NewNamespaces, limits: (u64, u64)) -> 
     while let Some(ready) = list.pop_front() {
         // A launcher that died while it waited (killed by an operator, out
         // of memory) is reaped here and not handed out; its cgroup goes.
-        if ready.generation != generation {
+        if own_mounts && ready.generation != generation {
             // Its view of the host's mounts is older than the host's.
             ready.started.end();
             let _ = ready.cgroup.finish();

@@ -31,8 +31,8 @@
 //!   has paid for both before a call takes it; only the store's cover is
 //!   mounted on the call's path. When the launcher exits, the kernel kills
 //!   everything left in the namespace. A pooled launcher sees the host's
-//!   mounts as they were when it started; the pool ends, never hands out,
-//!   one started before the worker's mount table last changed
+//!   mounts as they were when it started; the pool ends one at once when
+//!   the worker's mount table changes, and never hands it out
 //!   (`crate::drop::pool`), so a call sees the host's mounts as they are.
 //! - A launcher in its own namespaces runs only a program or a file tool of
 //!   the private view, and a launcher in the host's never runs one: the

@@ -11,7 +11,10 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// An open `/proc/self/mountinfo`, polled for changes of the mount table.
 #[derive(Debug)]
@@ -29,5 +32,18 @@ impl MountTableWatch {
     pub fn changed(&self) -> bool {
         let revents = super::fd::poll_now(self.0.as_raw_fd(), libc::POLLPRI);
         revents & (libc::POLLPRI | libc::POLLERR | libc::POLLNVAL) != 0
+    }
+
+    /// Waits until the mount table changes (or has changed since the watch
+    /// was opened or last asked), and clears the mark.
+    pub fn wait_for_change(&self) -> io::Result<()> {
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLPRI)];
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(n) if n > 0 => return Ok(()),
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
